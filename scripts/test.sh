@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs burn-amp's test suite on any Linux machine, GPU or not.
+#
+# wgpu needs a Vulkan driver. On a machine without one (CI has no GPU) this installs Mesa's
+# software driver, lavapipe (Debian/Ubuntu package `mesa-vulkan-drivers`), so the wgpu
+# tests run on the CPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+has_vulkan_driver() {
+    compgen -G "/usr/share/vulkan/icd.d/*.json" >/dev/null ||
+        compgen -G "/etc/vulkan/icd.d/*.json" >/dev/null ||
+        [ -n "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ]
+}
+
+if ! has_vulkan_driver; then
+    echo "test.sh: no Vulkan driver found; installing Mesa's lavapipe (mesa-vulkan-drivers)"
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq --no-install-recommends mesa-vulkan-drivers >/dev/null
+fi
+
+# wgpu warns when XDG_RUNTIME_DIR is unset; any writable directory will do.
+if [ -z "${XDG_RUNTIME_DIR:-}" ]; then
+    export XDG_RUNTIME_DIR="${TMPDIR:-/tmp}/burn-amp-xdg"
+    mkdir -p "$XDG_RUNTIME_DIR"
+fi
+
+cargo test --workspace --all-targets "$@"
+cargo test --workspace --doc

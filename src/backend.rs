@@ -1,0 +1,246 @@
+//! The [`MixedPrecision`] decorator backend and its `Backend` / `AutodiffBackend` impls.
+//! The op families live in `backend/ops/`, one file per Burn trait; the casting rules they
+//! apply live in [`crate::policy`].
+
+#[macro_use]
+mod forward;
+mod ops;
+
+use core::marker::PhantomData;
+
+use burn_tensor::backend::{AutodiffBackend, Backend, BackendTypes, DTypeUsageSet, ExecutionError};
+use burn_tensor::ops::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
+use burn_tensor::{DType, FloatDType, TensorData};
+
+use crate::policy::{IntoPolicy, Policy, PolicyError, autocast, scope};
+
+/// A backend decorator that runs any Burn backend `B` under a dtype [`Policy`].
+///
+/// Change one type parameter and set a policy; the model, the device and the training loop
+/// stay as they are:
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::tensor::{FloatDType, Tensor, activation::softmax};
+/// use burn_amp::MixedPrecision;
+///
+/// type B = MixedPrecision<Autodiff<Flex>>; // was: Autodiff<Flex>
+/// let device = Default::default();
+/// MixedPrecision::<Autodiff<Flex>>::set_policy(&device, "mixed_bfloat16")?;
+///
+/// let layer: Linear<B> = LinearConfig::new(8, 4).init(&device);
+/// let x = Tensor::<B, 2>::ones([2, 8], &device);
+/// let hidden = layer.forward(x); // computed in bf16
+/// let probs = softmax(hidden.clone(), 1); // forced to f32
+/// assert_eq!(layer.weight.val().dtype(), FloatDType::F32.into()); // variables stay f32
+/// assert_eq!(hidden.dtype(), FloatDType::BF16.into());
+/// assert_eq!(probs.dtype(), FloatDType::F32.into());
+///
+/// let grads = probs.sum().backward();
+/// let grad = layer.weight.grad(&grads).unwrap();
+/// assert_eq!(grad.dtype(), FloatDType::F32.into()); // gradients of f32 variables are f32
+/// # MixedPrecision::<Autodiff<Flex>>::clear_policy(&device);
+/// # Ok::<(), burn_amp::PolicyError>(())
+/// ```
+///
+/// `MixedPrecision<B>` uses `B`'s tensor primitives and device, and hands every op to `B`:
+/// the ops of the compute class after casting their inputs to the compute dtype, the
+/// numerically sensitive ones after casting to f32, the rest as they come (see
+/// [`crate::policy`] and the README's op table). Put it *outside* `Autodiff`
+/// (`MixedPrecision<Autodiff<B>>`), so the casts are recorded and gradients come back in
+/// their variables' dtype; `Autodiff<MixedPrecision<B>>` also trains, but autodiff then
+/// does not see the casts (see the README).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MixedPrecision<B> {
+    _inner: PhantomData<B>,
+}
+
+impl<B: Backend> MixedPrecision<B> {
+    /// Sets the policy for one device, after checking that `B` runs its dtypes there.
+    ///
+    /// ```
+    /// use burn::backend::{Flex, NdArray};
+    /// use burn_amp::{MixedPrecision, PolicyError};
+    ///
+    /// MixedPrecision::<Flex>::set_policy(&Default::default(), "mixed_bfloat16")?;
+    /// // NdArray has no f16 or bf16: refused, with a policy that works.
+    /// let err = MixedPrecision::<NdArray>::set_policy(&Default::default(), "mixed_float16");
+    /// assert!(matches!(err, Err(PolicyError::Unsupported { .. })));
+    /// # MixedPrecision::<Flex>::clear_policy(&Default::default());
+    /// # Ok::<(), PolicyError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// A [`PolicyError`] for a string that is not a policy, and
+    /// [`PolicyError::Unsupported`] when the device lacks one of its dtypes; the device's
+    /// policy is then left as it was.
+    pub fn set_policy(device: &B::Device, policy: impl IntoPolicy) -> Result<(), PolicyError> {
+        let policy = policy.into_policy()?;
+        scope::check::<B>(device, policy)?;
+        scope::set_device_policy(device, policy);
+        Ok(())
+    }
+
+    /// Removes the device's own policy; the global one applies to it again.
+    pub fn clear_policy(device: &B::Device) {
+        scope::clear_device_policy(device);
+    }
+
+    /// The policy ops on `device` run under on this thread, checked against `B`.
+    ///
+    /// # Errors
+    /// [`PolicyError::Unsupported`] when the device cannot run it (a global policy is only
+    /// checked when a device uses it). Call this after [`crate::set_global_policy`] to get
+    /// the error as a value rather than as a panic at the first op.
+    pub fn policy(device: &B::Device) -> Result<Policy, PolicyError> {
+        let policy = scope::current(device);
+        scope::check::<B>(device, policy)?;
+        Ok(policy)
+    }
+
+    /// Casts a model output to the policy's output dtype (f32 for the mixed policies),
+    /// as jmp's `cast_to_output` does.
+    pub fn cast_to_output(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let policy = scope::resolve::<B>(&B::float_device(&tensor));
+        autocast::cast::<B>(tensor, policy.output_dtype())
+    }
+}
+
+impl<B: Backend> BackendTypes for MixedPrecision<B> {
+    type Device = B::Device;
+
+    type FloatTensorPrimitive = B::FloatTensorPrimitive;
+    type FloatElem = B::FloatElem;
+
+    type IntTensorPrimitive = B::IntTensorPrimitive;
+    type IntElem = B::IntElem;
+
+    type BoolTensorPrimitive = B::BoolTensorPrimitive;
+    type BoolElem = B::BoolElem;
+
+    type QuantizedTensorPrimitive = B::QuantizedTensorPrimitive;
+}
+
+impl<B: Backend> Backend for MixedPrecision<B> {
+    fn ad_enabled(device: &Self::Device) -> bool {
+        B::ad_enabled(device)
+    }
+
+    fn memory_persistent_allocations<
+        Output: Send,
+        Input: Send,
+        Func: Fn(Input) -> Output + Send,
+    >(
+        device: &Self::Device,
+        input: Input,
+        func: Func,
+    ) -> Output {
+        B::memory_persistent_allocations(device, input, func)
+    }
+
+    fn memory_cleanup(device: &Self::Device) {
+        B::memory_cleanup(device)
+    }
+
+    fn name(device: &Self::Device) -> String {
+        format!("mixed_precision<{}>", B::name(device))
+    }
+
+    fn seed(device: &Self::Device, seed: u64) {
+        B::seed(device, seed)
+    }
+
+    fn sync(device: &Self::Device) -> Result<(), ExecutionError> {
+        B::sync(device)
+    }
+
+    fn staging<'a, Iter>(data: Iter, device: &Self::Device)
+    where
+        Iter: Iterator<Item = &'a mut TensorData>,
+    {
+        B::staging(data, device)
+    }
+
+    fn supports_dtype(device: &Self::Device, dtype: DType) -> bool {
+        B::supports_dtype(device, dtype)
+    }
+
+    fn dtype_usage(device: &Self::Device, dtype: DType) -> DTypeUsageSet {
+        B::dtype_usage(device, dtype)
+    }
+
+    fn device_count(type_id: u16) -> usize {
+        B::device_count(type_id)
+    }
+}
+
+impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
+    type InnerBackend = MixedPrecision<B::InnerBackend>;
+    type Gradients = B::Gradients;
+
+    /// Runs the backward pass from `tensor` cast to the policy's output dtype, so the
+    /// gradient seed is f32 under the mixed policies.
+    fn backward(tensor: FloatTensor<Self>) -> Self::Gradients {
+        let policy = scope::resolve::<B>(&B::float_device(&tensor));
+        let loss = match autocast::dtype::<B>(&tensor) {
+            FloatDType::F64 => tensor,
+            _ => autocast::cast::<B>(tensor, policy.output_dtype()),
+        };
+        B::backward(loss)
+    }
+
+    fn grad(
+        tensor: &FloatTensor<Self>,
+        grads: &Self::Gradients,
+    ) -> Option<FloatTensor<Self::InnerBackend>> {
+        B::grad(tensor, grads)
+    }
+
+    fn grad_remove(
+        tensor: &FloatTensor<Self>,
+        grads: &mut Self::Gradients,
+    ) -> Option<FloatTensor<Self::InnerBackend>> {
+        B::grad_remove(tensor, grads)
+    }
+
+    fn grad_replace(
+        tensor: &FloatTensor<Self>,
+        grads: &mut Self::Gradients,
+        grad: FloatTensor<Self::InnerBackend>,
+    ) {
+        B::grad_replace(tensor, grads, grad)
+    }
+
+    fn inner(tensor: FloatTensor<Self>) -> FloatTensor<Self::InnerBackend> {
+        B::inner(tensor)
+    }
+
+    fn int_inner(tensor: IntTensor<Self>) -> IntTensor<Self::InnerBackend> {
+        B::int_inner(tensor)
+    }
+
+    fn bool_inner(tensor: BoolTensor<Self>) -> BoolTensor<Self::InnerBackend> {
+        B::bool_inner(tensor)
+    }
+
+    fn q_inner(tensor: QuantizedTensor<Self>) -> QuantizedTensor<Self::InnerBackend> {
+        B::q_inner(tensor)
+    }
+
+    fn from_inner(tensor: FloatTensor<Self::InnerBackend>) -> FloatTensor<Self> {
+        B::from_inner(tensor)
+    }
+
+    fn int_from_inner(tensor: IntTensor<Self::InnerBackend>) -> IntTensor<Self> {
+        B::int_from_inner(tensor)
+    }
+
+    fn bool_from_inner(tensor: BoolTensor<Self::InnerBackend>) -> BoolTensor<Self> {
+        B::bool_from_inner(tensor)
+    }
+
+    fn q_from_inner(tensor: QuantizedTensor<Self::InnerBackend>) -> QuantizedTensor<Self> {
+        B::q_from_inner(tensor)
+    }
+}

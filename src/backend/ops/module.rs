@@ -1,0 +1,303 @@
+//! `ModuleOps`: linear, convolutions, attention and embedding outputs in the compute dtype;
+//! layer norm, CTC loss and FFTs in f32; pooling, interpolation and unfolding forwarded.
+
+use burn_tensor::backend::Backend;
+use burn_tensor::ops::BoolTensor;
+use burn_tensor::ops::attention::attention_fallback;
+use burn_tensor::ops::{
+    AttentionModuleOptions, ConvOptions, ConvTransposeOptions, DeformConv2dBackward,
+    DeformConvOptions, FloatTensor, IntTensor, InterpolateOptions, MaxPool1dBackward,
+    MaxPool1dWithIndices, MaxPool2dBackward, MaxPool2dWithIndices, ModuleOps, UnfoldOptions,
+};
+
+use crate::MixedPrecision;
+use crate::policy::autocast;
+
+/// Casts the inputs of a compute-class module op (`x` first, then the others) to the
+/// compute dtype of the policy in force for `x`'s device.
+macro_rules! compute_inputs {
+    ($x:ident $(, $t:ident)* $(; $($opt:ident),+)?) => {
+        let target = autocast::compute_dtype::<B>(&$x);
+        let $x = autocast::to_target::<B>($x, target);
+        $( let $t = autocast::to_target::<B>($t, target); )*
+        $($( let $opt = $opt.map(|t| autocast::to_target::<B>(t, target)); )+)?
+    };
+}
+
+/// Convolutions: `x`, `weight` and `bias` to the compute dtype.
+macro_rules! conv_ops {
+    ($( fn $name:ident(x, weight, bias; options: $options:ty); )*) => {
+        $(
+            fn $name(
+                x: FloatTensor<Self>,
+                weight: FloatTensor<Self>,
+                bias: Option<FloatTensor<Self>>,
+                options: $options,
+            ) -> FloatTensor<Self> {
+                compute_inputs!(x, weight; bias);
+                B::$name(x, weight, bias, options)
+            }
+        )*
+    };
+}
+
+impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
+    fn linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+    ) -> FloatTensor<Self> {
+        compute_inputs!(x, weight; bias);
+        B::linear(x, weight, bias)
+    }
+
+    conv_ops! {
+        fn conv1d(x, weight, bias; options: ConvOptions<1>);
+        fn conv2d(x, weight, bias; options: ConvOptions<2>);
+        fn conv3d(x, weight, bias; options: ConvOptions<3>);
+        fn conv_transpose1d(x, weight, bias; options: ConvTransposeOptions<1>);
+        fn conv_transpose2d(x, weight, bias; options: ConvTransposeOptions<2>);
+        fn conv_transpose3d(x, weight, bias; options: ConvTransposeOptions<3>);
+    }
+
+    fn deform_conv2d(
+        x: FloatTensor<Self>,
+        offset: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        mask: Option<FloatTensor<Self>>,
+        bias: Option<FloatTensor<Self>>,
+        options: DeformConvOptions<2>,
+    ) -> FloatTensor<Self> {
+        compute_inputs!(x, offset, weight; mask, bias);
+        B::deform_conv2d(x, offset, weight, mask, bias, options)
+    }
+
+    fn attention(
+        query: FloatTensor<Self>,
+        key: FloatTensor<Self>,
+        value: FloatTensor<Self>,
+        mask: Option<BoolTensor<Self>>,
+        attn_bias: Option<FloatTensor<Self>>,
+        options: AttentionModuleOptions,
+    ) -> FloatTensor<Self> {
+        if B::ad_enabled(&B::float_device(&query)) {
+            // An autodiff backend decomposes attention into matmuls and a softmax anyway;
+            // decomposing it here instead sends those ops through the casting rules, so
+            // the scores' softmax runs in f32 and the two matmuls in the compute dtype.
+            return attention_fallback::<Self>(query, key, value, mask, attn_bias, options);
+        }
+        // Inference keeps the inner backend's fused kernel, fed in the compute dtype.
+        compute_inputs!(query, key, value; attn_bias);
+        B::attention(query, key, value, mask, attn_bias, options)
+    }
+
+    /// The lookup runs on the f32 table (only the rows looked up are cast, not the table);
+    /// its output joins the other activations in the compute dtype, as in Keras.
+    fn embedding(weights: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
+        let target = autocast::compute_dtype::<B>(&weights);
+        autocast::to_target::<B>(B::embedding(weights, indices), target)
+    }
+
+    fn layer_norm(
+        tensor: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: Option<FloatTensor<Self>>,
+        epsilon: f64,
+    ) -> FloatTensor<Self> {
+        let [tensor, gamma] = autocast::to_f32::<B, 2>([tensor, gamma]);
+        let beta = beta.map(|b| {
+            let [b] = autocast::to_f32::<B, 1>([b]);
+            b
+        });
+        B::layer_norm(tensor, gamma, beta, epsilon)
+    }
+
+    fn ctc_loss(
+        log_probs: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+        input_lengths: IntTensor<Self>,
+        target_lengths: IntTensor<Self>,
+        blank: usize,
+    ) -> FloatTensor<Self> {
+        let [log_probs] = autocast::to_f32::<B, 1>([log_probs]);
+        B::ctc_loss(log_probs, targets, input_lengths, target_lengths, blank)
+    }
+
+    fn rfft(
+        signal: FloatTensor<Self>,
+        dim: usize,
+        n: Option<usize>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let [signal] = autocast::to_f32::<B, 1>([signal]);
+        B::rfft(signal, dim, n)
+    }
+
+    fn irfft(
+        spectrum_re: FloatTensor<Self>,
+        spectrum_im: FloatTensor<Self>,
+        dim: usize,
+        n: Option<usize>,
+    ) -> FloatTensor<Self> {
+        let [re, im] = autocast::to_f32::<B, 2>([spectrum_re, spectrum_im]);
+        B::irfft(re, im, dim, n)
+    }
+
+    // Ops returning Burn's result structs: same fields, re-tagged with `Self`.
+
+    fn deform_conv2d_backward(
+        x: FloatTensor<Self>,
+        offset: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        mask: Option<FloatTensor<Self>>,
+        bias: Option<FloatTensor<Self>>,
+        output_grad: FloatTensor<Self>,
+        options: DeformConvOptions<2>,
+    ) -> DeformConv2dBackward<Self> {
+        compute_inputs!(x, offset, weight, output_grad; mask, bias);
+        let g = B::deform_conv2d_backward(x, offset, weight, mask, bias, output_grad, options);
+        DeformConv2dBackward::new(
+            g.x_grad,
+            g.offset_grad,
+            g.weight_grad,
+            g.mask_grad,
+            g.bias_grad,
+        )
+    }
+
+    fn max_pool1d_with_indices(
+        x: FloatTensor<Self>,
+        kernel_size: usize,
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        ceil_mode: bool,
+    ) -> MaxPool1dWithIndices<Self> {
+        let out = B::max_pool1d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode);
+        MaxPool1dWithIndices::new(out.output, out.indices)
+    }
+
+    fn max_pool1d_with_indices_backward(
+        x: FloatTensor<Self>,
+        kernel_size: usize,
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        ceil_mode: bool,
+        output_grad: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> MaxPool1dBackward<Self> {
+        let [x, output_grad] = autocast::to_widest::<B, 2>([x, output_grad]);
+        let g = B::max_pool1d_with_indices_backward(
+            x,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+            output_grad,
+            indices,
+        );
+        MaxPool1dBackward::new(g.x_grad)
+    }
+
+    fn max_pool2d_with_indices(
+        x: FloatTensor<Self>,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        ceil_mode: bool,
+    ) -> MaxPool2dWithIndices<Self> {
+        let out = B::max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode);
+        MaxPool2dWithIndices::new(out.output, out.indices)
+    }
+
+    fn max_pool2d_with_indices_backward(
+        x: FloatTensor<Self>,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        ceil_mode: bool,
+        output_grad: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+    ) -> MaxPool2dBackward<Self> {
+        let [x, output_grad] = autocast::to_widest::<B, 2>([x, output_grad]);
+        let g = B::max_pool2d_with_indices_backward(
+            x,
+            kernel_size,
+            stride,
+            padding,
+            dilation,
+            ceil_mode,
+            output_grad,
+            indices,
+        );
+        MaxPool2dBackward::new(g.x_grad)
+    }
+
+    // The backward helpers below are called only by an autodiff decorator *outside* this one
+    // (`Autodiff<MixedPrecision<B>>`), with saved inputs in their own dtype and gradients in
+    // the compute dtype: those of compute-class ops run in the compute dtype, the others
+    // promote.
+    autocast! { B;
+        to_compute fn linear_x_backward(weight, output_grad) -> FloatTensor<Self>;
+        to_compute fn linear_weight_backward(x, output_grad) -> FloatTensor<Self>;
+        to_compute fn conv1d_x_backward(x, weight, output_grad; options: ConvOptions<1>) -> FloatTensor<Self>;
+        to_compute fn conv1d_weight_backward(x, weight, output_grad; options: ConvOptions<1>) -> FloatTensor<Self>;
+        to_compute fn conv1d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
+        to_compute fn conv2d_x_backward(x, weight, output_grad; options: ConvOptions<2>) -> FloatTensor<Self>;
+        to_compute fn conv2d_weight_backward(x, weight, output_grad; options: ConvOptions<2>) -> FloatTensor<Self>;
+        to_compute fn conv2d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
+        to_compute fn conv3d_x_backward(x, weight, output_grad; options: ConvOptions<3>) -> FloatTensor<Self>;
+        to_compute fn conv3d_weight_backward(x, weight, output_grad; options: ConvOptions<3>) -> FloatTensor<Self>;
+        to_compute fn conv3d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
+        to_compute fn conv_transpose1d_x_backward(weight, output_grad; options: ConvTransposeOptions<1>) -> FloatTensor<Self>;
+        to_compute fn conv_transpose1d_weight_backward(x, weight, output_grad; options: ConvTransposeOptions<1>) -> FloatTensor<Self>;
+        to_compute fn conv_transpose1d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
+        to_compute fn conv_transpose2d_x_backward(weight, output_grad; options: ConvTransposeOptions<2>) -> FloatTensor<Self>;
+        to_compute fn conv_transpose2d_weight_backward(x, weight, output_grad; options: ConvTransposeOptions<2>) -> FloatTensor<Self>;
+        to_compute fn conv_transpose2d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
+        to_compute fn conv_transpose3d_x_backward(weight, output_grad; options: ConvTransposeOptions<3>) -> FloatTensor<Self>;
+        to_compute fn conv_transpose3d_weight_backward(x, weight, output_grad; options: ConvTransposeOptions<3>) -> FloatTensor<Self>;
+        to_compute fn conv_transpose3d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
+        to_widest fn embedding_backward(weights, output_grad; indices: IntTensor<Self>) -> FloatTensor<Self>;
+        to_widest fn avg_pool1d_backward(x, grad; kernel_size: usize, stride: usize, padding: usize, count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self>;
+        to_widest fn avg_pool2d_backward(x, grad; kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self>;
+        to_widest fn adaptive_avg_pool1d_backward(x, grad) -> FloatTensor<Self>;
+        to_widest fn adaptive_avg_pool2d_backward(x, grad) -> FloatTensor<Self>;
+        to_widest fn interpolate_backward(x, grad; output_size: [usize; 2], options: InterpolateOptions) -> FloatTensor<Self>;
+    }
+
+    fn ctc_loss_backward(
+        log_probs: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+        input_lengths: IntTensor<Self>,
+        target_lengths: IntTensor<Self>,
+        grad_loss: FloatTensor<Self>,
+        blank: usize,
+    ) -> FloatTensor<Self> {
+        let [log_probs, grad_loss] = autocast::to_f32::<B, 2>([log_probs, grad_loss]);
+        B::ctc_loss_backward(
+            log_probs,
+            targets,
+            input_lengths,
+            target_lengths,
+            grad_loss,
+            blank,
+        )
+    }
+
+    forward! { B;
+        fn linear_bias_backward(output_grad: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn unfold4d(x: FloatTensor<Self>, kernel_size: [usize; 2], options: UnfoldOptions) -> FloatTensor<Self>;
+        fn avg_pool1d(x: FloatTensor<Self>, kernel_size: usize, stride: usize, padding: usize, count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self>;
+        fn avg_pool2d(x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self>;
+        fn adaptive_avg_pool2d(x: FloatTensor<Self>, output_size: [usize; 2]) -> FloatTensor<Self>;
+        fn adaptive_avg_pool1d(x: FloatTensor<Self>, output_size: usize) -> FloatTensor<Self>;
+        fn max_pool1d(x: FloatTensor<Self>, kernel_size: usize, stride: usize, padding: usize, dilation: usize, ceil_mode: bool) -> FloatTensor<Self>;
+        fn max_pool2d(x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], ceil_mode: bool) -> FloatTensor<Self>;
+        fn interpolate(x: FloatTensor<Self>, output_size: [usize; 2], options: InterpolateOptions) -> FloatTensor<Self>;
+        fn has_ctc_loss_backward() -> bool;
+    }
+}

@@ -1,0 +1,246 @@
+//! `FloatTensorOps`: creation in the variable dtype, matmul in the compute dtype, the
+//! sensitive math in f32, mixed inputs promoted, everything else forwarded.
+
+use burn_tensor::backend::{Backend, ExecutionError};
+use burn_tensor::ops::{
+    BoolTensor, Device, FloatTensor, FloatTensorOps, GridSampleOptions, IntTensor,
+};
+use burn_tensor::{
+    BoolDType, Distribution, FloatDType, IndexingUpdateOp, IntDType, Scalar, Shape, Slice,
+    TensorData,
+};
+
+use crate::MixedPrecision;
+use crate::policy::autocast;
+
+/// Under a policy whose variables are not f32 (`float16`, `bfloat16`), a float tensor
+/// created in f32 is created in the variable dtype instead; explicit other dtypes are kept.
+fn creation_dtype<B: Backend>(device: &B::Device, requested: FloatDType) -> FloatDType {
+    match requested {
+        FloatDType::F32 => autocast::variable_dtype::<B>(device),
+        other => other,
+    }
+}
+
+impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
+    fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self> {
+        let requested = FloatDType::from(data.dtype);
+        let tensor = B::float_from_data(data, device);
+        autocast::cast::<B>(tensor, creation_dtype::<B>(device, requested))
+    }
+
+    fn float_random(
+        shape: Shape,
+        distribution: Distribution,
+        device: &Device<Self>,
+        dtype: FloatDType,
+    ) -> FloatTensor<Self> {
+        B::float_random(
+            shape,
+            distribution,
+            device,
+            creation_dtype::<B>(device, dtype),
+        )
+    }
+
+    fn float_zeros(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        B::float_zeros(shape, device, creation_dtype::<B>(device, dtype))
+    }
+
+    fn float_ones(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        B::float_ones(shape, device, creation_dtype::<B>(device, dtype))
+    }
+
+    fn float_full(
+        shape: Shape,
+        fill_value: Scalar,
+        device: &Device<Self>,
+        dtype: FloatDType,
+    ) -> FloatTensor<Self> {
+        B::float_full(
+            shape,
+            fill_value,
+            device,
+            creation_dtype::<B>(device, dtype),
+        )
+    }
+
+    fn float_empty(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        B::float_empty(shape, device, creation_dtype::<B>(device, dtype))
+    }
+
+    fn float_cat(tensors: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
+        B::float_cat(autocast::vec_to_widest::<B>(tensors), dim)
+    }
+
+    fn float_mask_where(
+        tensor: FloatTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let [tensor, value] = autocast::to_widest::<B, 2>([tensor, value]);
+        B::float_mask_where(tensor, mask, value)
+    }
+
+    fn float_slice_assign(
+        tensor: FloatTensor<Self>,
+        slices: &[Slice],
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value]);
+        B::float_slice_assign(tensor, slices, value)
+    }
+
+    fn float_scatter_add(
+        dim: usize,
+        tensor: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value]);
+        B::float_scatter_add(dim, tensor, indices, value)
+    }
+
+    fn float_select_add(
+        tensor: FloatTensor<Self>,
+        dim: usize,
+        indices: IntTensor<Self>,
+        value: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value]);
+        B::float_select_add(tensor, dim, indices, value)
+    }
+
+    fn float_scatter_nd(
+        data: FloatTensor<Self>,
+        indices: IntTensor<Self>,
+        values: FloatTensor<Self>,
+        reduction: IndexingUpdateOp,
+    ) -> FloatTensor<Self> {
+        let [data, values] = autocast::to_dtype_of_first::<B, 2>([data, values]);
+        B::float_scatter_nd(data, indices, values, reduction)
+    }
+
+    autocast! { B;
+        // Compute class.
+        to_compute fn float_matmul(lhs, rhs) -> FloatTensor<Self>;
+
+        // Float32 class: exp/log/pow, the trigonometry PyTorch lists as f32, reductions.
+        to_f32 fn float_exp(tensor) -> FloatTensor<Self>;
+        to_f32 fn float_log(tensor) -> FloatTensor<Self>;
+        to_f32 fn float_log1p(tensor) -> FloatTensor<Self>;
+        to_f32 fn float_recip(tensor) -> FloatTensor<Self>;
+        to_f32 fn float_powf(lhs, rhs) -> FloatTensor<Self>;
+        to_f32 fn float_powi(lhs; rhs: IntTensor<Self>) -> FloatTensor<Self>;
+        to_f32 fn float_powi_scalar(lhs; rhs: Scalar) -> FloatTensor<Self>;
+        to_f32 fn float_powf_scalar(tensor; value: Scalar) -> FloatTensor<Self>;
+        to_f32 fn float_tan(tensor) -> FloatTensor<Self>;
+        to_f32 fn float_cosh(tensor) -> FloatTensor<Self>;
+        to_f32 fn float_sinh(tensor) -> FloatTensor<Self>;
+        to_f32 fn float_acos(tensor) -> FloatTensor<Self>;
+        to_f32 fn float_asin(tensor) -> FloatTensor<Self>;
+        to_f32 fn float_sum(tensor) -> FloatTensor<Self>;
+        to_f32 fn float_sum_dim(tensor; dim: usize) -> FloatTensor<Self>;
+        to_f32 fn float_prod(tensor) -> FloatTensor<Self>;
+        to_f32 fn float_prod_dim(tensor; dim: usize) -> FloatTensor<Self>;
+        to_f32 fn float_mean(tensor) -> FloatTensor<Self>;
+        to_f32 fn float_mean_dim(tensor; dim: usize) -> FloatTensor<Self>;
+        to_f32 fn float_cumsum(tensor; dim: usize) -> FloatTensor<Self>;
+        to_f32 fn float_cumprod(tensor; dim: usize) -> FloatTensor<Self>;
+
+        // Promote class: several float inputs meet in the widest dtype.
+        to_widest fn float_add(lhs, rhs) -> FloatTensor<Self>;
+        to_widest fn float_sub(lhs, rhs) -> FloatTensor<Self>;
+        to_widest fn float_mul(lhs, rhs) -> FloatTensor<Self>;
+        to_widest fn float_div(lhs, rhs) -> FloatTensor<Self>;
+        to_widest fn float_remainder(lhs, rhs) -> FloatTensor<Self>;
+        to_widest fn float_atan2(lhs, rhs) -> FloatTensor<Self>;
+        to_widest fn float_cross(lhs, rhs; dim: usize) -> FloatTensor<Self>;
+        to_widest fn float_grid_sample_2d(tensor, grid; options: GridSampleOptions) -> FloatTensor<Self>;
+        to_widest fn float_equal(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
+        to_widest fn float_not_equal(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
+        to_widest fn float_greater(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
+        to_widest fn float_greater_equal(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
+        to_widest fn float_lower(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
+        to_widest fn float_lower_equal(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
+    }
+
+    forward! { B;
+        fn float_into_data(tensor: FloatTensor<Self>) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send;
+        fn float_device(tensor: &FloatTensor<Self>) -> Device<Self>;
+        fn float_to_device(tensor: FloatTensor<Self>, device: &Device<Self>) -> FloatTensor<Self>;
+        fn float_into_int(tensor: FloatTensor<Self>, out_dtype: IntDType) -> IntTensor<Self>;
+        fn float_repeat_dim(tensor: FloatTensor<Self>, dim: usize, times: usize) -> FloatTensor<Self>;
+        fn float_add_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
+        fn float_clamp_min(tensor: FloatTensor<Self>, min: Scalar) -> FloatTensor<Self>;
+        fn float_clamp_max(tensor: FloatTensor<Self>, max: Scalar) -> FloatTensor<Self>;
+        fn float_clamp(tensor: FloatTensor<Self>, min: Scalar, max: Scalar) -> FloatTensor<Self>;
+        fn float_sub_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
+        fn float_mul_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
+        fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
+        fn float_remainder_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
+        fn float_neg(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_transpose(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_swap_dims(tensor: FloatTensor<Self>, dim1: usize, dim2: usize) -> FloatTensor<Self>;
+        fn float_permute(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self>;
+        fn float_flip(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self>;
+        fn float_reshape(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self>;
+        fn float_gather(dim: usize, tensor: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self>;
+        fn float_gather_nd(_data: FloatTensor<Self>, _indices: IntTensor<Self>) -> FloatTensor<Self>;
+        fn float_select(tensor: FloatTensor<Self>, dim: usize, indices: IntTensor<Self>) -> FloatTensor<Self>;
+        fn float_slice(tensor: FloatTensor<Self>, slices: &[Slice]) -> FloatTensor<Self>;
+        fn float_mask_fill(tensor: FloatTensor<Self>, mask: BoolTensor<Self>, value: Scalar) -> FloatTensor<Self>;
+        fn float_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
+        fn float_not_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
+        fn float_greater_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
+        fn float_greater_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
+        fn float_lower_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
+        fn float_lower_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
+        fn float_detach(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_set_require_grad(tensor: FloatTensor<Self>, _require_grad: bool) -> FloatTensor<Self>;
+        fn float_is_require_grad(_tensor: &FloatTensor<Self>) -> bool;
+        fn float_cummin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
+        fn float_cummax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
+        fn float_cast(tensor: FloatTensor<Self>, dtype: FloatDType) -> FloatTensor<Self>;
+        fn float_powi_scalar_impl(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
+        fn float_powf_scalar_impl(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self>;
+        fn float_sqrt(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_cos(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_sin(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_tanh(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_acosh(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_asinh(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_atan(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_atanh(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_round(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_floor(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_ceil(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_trunc(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_argmax(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self>;
+        fn float_argtopk(tensor: FloatTensor<Self>, dim: usize, k: usize, out_dtype: IntDType) -> IntTensor<Self>;
+        fn float_topk(tensor: FloatTensor<Self>, dim: usize, k: usize) -> FloatTensor<Self>;
+        fn float_argmin(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self>;
+        fn float_max(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_max_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
+        fn float_max_dim_with_indices(tensor: FloatTensor<Self>, dim: usize, indices_dtype: IntDType) -> (FloatTensor<Self>, IntTensor<Self>);
+        fn float_min(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_min_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
+        fn float_min_dim_with_indices(tensor: FloatTensor<Self>, dim: usize, indices_dtype: IntDType) -> (FloatTensor<Self>, IntTensor<Self>);
+        fn float_max_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_max_abs_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
+        fn float_any(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self>;
+        fn float_any_dim(tensor: FloatTensor<Self>, dim: usize, out_dtype: BoolDType) -> BoolTensor<Self>;
+        fn float_all(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self>;
+        fn float_all_dim(tensor: FloatTensor<Self>, dim: usize, out_dtype: BoolDType) -> BoolTensor<Self>;
+        fn float_sign(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+        fn float_expand(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self>;
+        fn float_sort(tensor: FloatTensor<Self>, dim: usize, descending: bool) -> FloatTensor<Self>;
+        fn float_sort_with_indices(tensor: FloatTensor<Self>, dim: usize, descending: bool, indices_dtype: IntDType) -> (FloatTensor<Self>, IntTensor<Self>);
+        fn float_argsort(tensor: FloatTensor<Self>, dim: usize, descending: bool, out_dtype: IntDType) -> IntTensor<Self>;
+        fn float_unfold(tensor: FloatTensor<Self>, dim: usize, size: usize, step: usize) -> FloatTensor<Self>;
+        fn float_is_nan(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self>;
+        fn float_is_inf(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self>;
+    }
+}

@@ -1,0 +1,31 @@
+//! # burn-amp
+//!
+//! Mixed-precision training for [Burn](https://burn.dev): change one type parameter, pick a
+//! Keras-style dtype policy, and an existing model trains with f32 variables, f16 or bf16
+//! matmuls and convolutions, and f32 softmax, reductions and losses.
+//!
+//! ```
+//! use burn::backend::{Autodiff, Flex};
+//! use burn::tensor::{FloatDType, Tensor};
+//! use burn_amp::MixedPrecision;
+//!
+//! type Backend = MixedPrecision<Autodiff<Flex>>;
+//! let device = Default::default();
+//! MixedPrecision::<Autodiff<Flex>>::set_policy(&device, "mixed_float16")?;
+//!
+//! let a = Tensor::<Backend, 2>::ones([4, 4], &device);
+//! assert_eq!(a.clone().matmul(a.clone()).dtype(), FloatDType::F16.into());
+//! assert_eq!(a.exp().dtype(), FloatDType::F32.into());
+//! # MixedPrecision::<Autodiff<Flex>>::clear_policy(&device);
+//! # Ok::<(), burn_amp::PolicyError>(())
+//! ```
+//!
+//! - [`MixedPrecision`]: the decorator backend.
+//! - [`Policy`], [`set_global_policy`], [`with_policy`]: which dtypes ops run in.
+#![warn(missing_docs)]
+
+mod backend;
+pub mod policy;
+
+pub use backend::MixedPrecision;
+pub use policy::{IntoPolicy, Policy, PolicyError, global_policy, set_global_policy, with_policy};

@@ -1,0 +1,145 @@
+//! The casting rules, in one place. Every intercepted op of
+//! [`MixedPrecision`](crate::MixedPrecision) calls one of these on its float inputs and then
+//! hands them to the inner backend.
+//!
+//! - [`to_compute`]: matmul, linear, convolutions, attention — inputs go to the policy's
+//!   compute dtype.
+//! - [`to_f32`]: softmax, exp/log, pow, reductions, layer norm, losses — f16 and bf16 inputs
+//!   go to f32, and the result stays f32.
+//! - [`to_widest`]: every other op with several float inputs — they meet in the widest
+//!   dtype among them (f64 > f32 > f16, bf16; f16 with bf16 meet in f32), as PyTorch's type
+//!   promotion does.
+//! - [`to_dtype_of_first`]: writes into an existing tensor (slice assign, scatter) keep that
+//!   tensor's dtype.
+//!
+//! f64 tensors are never narrowed, as in PyTorch's autocast. A tensor already in the target
+//! dtype is not cast, so under `float32` f32 tensors run exactly as on the bare backend.
+
+use burn_tensor::FloatDType;
+use burn_tensor::TensorMetadata;
+use burn_tensor::backend::Backend;
+use burn_tensor::ops::FloatTensor;
+
+use super::scope;
+
+/// The float dtype of a tensor primitive.
+pub(crate) fn dtype<B: Backend>(tensor: &FloatTensor<B>) -> FloatDType {
+    tensor.dtype().into()
+}
+
+/// Casts `tensor` to `dtype`, or hands it back untouched when it is already there.
+pub(crate) fn cast<B: Backend>(tensor: FloatTensor<B>, dtype: FloatDType) -> FloatTensor<B> {
+    if self::dtype::<B>(&tensor) == dtype {
+        tensor
+    } else {
+        B::float_cast(tensor, dtype)
+    }
+}
+
+fn is_reduced(dtype: FloatDType) -> bool {
+    matches!(dtype, FloatDType::F16 | FloatDType::BF16)
+}
+
+/// The compute dtype of the policy in force for the device `tensor` lives on.
+pub(crate) fn compute_dtype<B: Backend>(tensor: &FloatTensor<B>) -> FloatDType {
+    scope::resolve::<B>(&B::float_device(tensor)).compute_dtype()
+}
+
+/// The variable dtype of the policy in force for `device`.
+pub(crate) fn variable_dtype<B: Backend>(device: &B::Device) -> FloatDType {
+    scope::resolve::<B>(device).variable_dtype()
+}
+
+/// Casts an input of a compute-class op to `target`; f64 is left alone.
+pub(crate) fn to_target<B: Backend>(tensor: FloatTensor<B>, target: FloatDType) -> FloatTensor<B> {
+    if dtype::<B>(&tensor) == FloatDType::F64 {
+        tensor
+    } else {
+        cast::<B>(tensor, target)
+    }
+}
+
+/// Compute class: all inputs to the policy's compute dtype.
+pub(crate) fn to_compute<B: Backend, const N: usize>(
+    tensors: [FloatTensor<B>; N],
+) -> [FloatTensor<B>; N] {
+    let target = compute_dtype::<B>(&tensors[0]);
+    tensors.map(|t| to_target::<B>(t, target))
+}
+
+/// Float32 class: f16 and bf16 inputs to f32.
+pub(crate) fn to_f32<B: Backend, const N: usize>(
+    tensors: [FloatTensor<B>; N],
+) -> [FloatTensor<B>; N] {
+    tensors.map(|t| {
+        if is_reduced(dtype::<B>(&t)) {
+            B::float_cast(t, FloatDType::F32)
+        } else {
+            t
+        }
+    })
+}
+
+/// The dtype several float inputs meet in.
+pub(crate) fn widest(dtypes: impl IntoIterator<Item = FloatDType>) -> Option<FloatDType> {
+    let rank = |d: FloatDType| match d {
+        FloatDType::F64 => 3,
+        FloatDType::F32 | FloatDType::Flex32 => 2,
+        FloatDType::F16 | FloatDType::BF16 => 1,
+    };
+    dtypes.into_iter().reduce(|a, b| {
+        if a == b {
+            a
+        } else if rank(a) != rank(b) {
+            if rank(a) > rank(b) { a } else { b }
+        } else if rank(a) == 3 {
+            a
+        } else {
+            // f16 with bf16, or f32 with flex32.
+            FloatDType::F32
+        }
+    })
+}
+
+/// Promote class: inputs of different dtypes meet in the widest one.
+pub(crate) fn to_widest<B: Backend, const N: usize>(
+    tensors: [FloatTensor<B>; N],
+) -> [FloatTensor<B>; N] {
+    match widest(tensors.iter().map(dtype::<B>)) {
+        Some(target) => tensors.map(|t| cast::<B>(t, target)),
+        None => tensors,
+    }
+}
+
+/// Several inputs of a list (concatenation) meet in the widest dtype.
+pub(crate) fn vec_to_widest<B: Backend>(tensors: Vec<FloatTensor<B>>) -> Vec<FloatTensor<B>> {
+    match widest(tensors.iter().map(dtype::<B>)) {
+        Some(target) => tensors.into_iter().map(|t| cast::<B>(t, target)).collect(),
+        None => tensors,
+    }
+}
+
+/// Assignment class: the written value takes the dtype of the tensor written into.
+pub(crate) fn to_dtype_of_first<B: Backend, const N: usize>(
+    tensors: [FloatTensor<B>; N],
+) -> [FloatTensor<B>; N] {
+    let target = dtype::<B>(&tensors[0]);
+    tensors.map(|t| cast::<B>(t, target))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use FloatDType::*;
+
+    #[test]
+    fn widest_follows_type_promotion() {
+        assert_eq!(widest([F16, F16]), Some(F16));
+        assert_eq!(widest([F16, F32]), Some(F32));
+        assert_eq!(widest([BF16, F32, F16]), Some(F32));
+        assert_eq!(widest([F16, BF16]), Some(F32));
+        assert_eq!(widest([F32, F64, F16]), Some(F64));
+        assert_eq!(widest([BF16]), Some(BF16));
+        assert_eq!(widest([]), None);
+    }
+}

@@ -1,0 +1,175 @@
+//! Dtype policies: which float dtype variables live in, which one the heavy ops compute in,
+//! and which one the model hands back.
+//!
+//! A [`Policy`] is the Keras idea (`keras.mixed_precision.Policy`) with jmp's third field:
+//!
+//! | name             | variable dtype | compute dtype | output dtype |
+//! |------------------|----------------|---------------|--------------|
+//! | `float32`        | f32            | f32           | f32          |
+//! | `float16`        | f16            | f16           | f16          |
+//! | `bfloat16`       | bf16           | bf16          | bf16         |
+//! | `mixed_float16`  | f32            | f16           | f32          |
+//! | `mixed_bfloat16` | f32            | bf16          | f32          |
+//!
+//! Any other combination is written the jmp way,
+//! `params=float32,compute=bfloat16,output=float32`.
+//!
+//! Which policy an op runs under is decided in [`scope`]: a scoped override
+//! ([`with_policy`]) wins over a per-device policy
+//! ([`MixedPrecision::set_policy`](crate::MixedPrecision::set_policy)), which wins over the
+//! global one ([`set_global_policy`]). With none of them set the policy is `float32`, as in
+//! Keras, and [`MixedPrecision`](crate::MixedPrecision) casts nothing that is already f32.
+
+pub(crate) mod autocast;
+mod error;
+mod parse;
+pub(crate) mod scope;
+
+pub use error::PolicyError;
+pub use parse::IntoPolicy;
+pub use scope::{global_policy, set_global_policy, with_policy};
+
+use burn_tensor::FloatDType;
+
+/// A dtype policy: the variable, compute and output dtypes of a model.
+///
+/// Build one from its Keras name, from a jmp-style spec, or with the constructors:
+///
+/// ```
+/// use burn_amp::Policy;
+/// use burn_tensor::FloatDType;
+///
+/// let policy: Policy = "mixed_float16".parse()?;
+/// assert_eq!(policy.variable_dtype(), FloatDType::F32);
+/// assert_eq!(policy.compute_dtype(), FloatDType::F16);
+/// assert_eq!(policy.output_dtype(), FloatDType::F32);
+/// assert_eq!(policy, Policy::mixed_float16());
+///
+/// let custom: Policy = "params=float32,compute=bfloat16,output=bfloat16".parse()?;
+/// assert_eq!(custom.to_string(), "params=float32,compute=bfloat16,output=bfloat16");
+///
+/// let err = "mixed_float61".parse::<Policy>().unwrap_err();
+/// assert!(err.to_string().contains("mixed_float16"));
+/// # Ok::<(), burn_amp::PolicyError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Policy {
+    variable: FloatDType,
+    compute: FloatDType,
+    output: FloatDType,
+}
+
+impl Policy {
+    /// Everything in f32: the default, and a pure pass-through for f32 tensors.
+    pub const fn float32() -> Self {
+        Self::from_dtypes(FloatDType::F32, FloatDType::F32, FloatDType::F32)
+    }
+
+    /// Everything in f16, variables included (Keras' `"float16"`).
+    pub const fn float16() -> Self {
+        Self::from_dtypes(FloatDType::F16, FloatDType::F16, FloatDType::F16)
+    }
+
+    /// Everything in bf16, variables included (Keras' `"bfloat16"`).
+    pub const fn bfloat16() -> Self {
+        Self::from_dtypes(FloatDType::BF16, FloatDType::BF16, FloatDType::BF16)
+    }
+
+    /// f32 variables, f16 compute, f32 outputs (Keras' `"mixed_float16"`). Train it with a
+    /// loss scale: f16 gradients underflow below 2^-24.
+    pub const fn mixed_float16() -> Self {
+        Self::from_dtypes(FloatDType::F32, FloatDType::F16, FloatDType::F32)
+    }
+
+    /// f32 variables, bf16 compute, f32 outputs (Keras' `"mixed_bfloat16"`). bf16 has f32's
+    /// exponent range, so no loss scale is needed.
+    pub const fn mixed_bfloat16() -> Self {
+        Self::from_dtypes(FloatDType::F32, FloatDType::BF16, FloatDType::F32)
+    }
+
+    /// A policy from its three dtypes.
+    ///
+    /// # Errors
+    /// [`PolicyError::InvalidSpec`] when a dtype is not one of f32, f16 and bf16.
+    pub fn new(
+        variable: FloatDType,
+        compute: FloatDType,
+        output: FloatDType,
+    ) -> Result<Self, PolicyError> {
+        for (field, dtype) in [
+            ("params", variable),
+            ("compute", compute),
+            ("output", output),
+        ] {
+            if parse::dtype_name(dtype).is_none() {
+                return Err(PolicyError::InvalidSpec {
+                    spec: format!("{field}={dtype:?}"),
+                    reason: format!(
+                        "{dtype:?} is not a policy dtype; use float32, float16 or bfloat16"
+                    ),
+                });
+            }
+        }
+        Ok(Self::from_dtypes(variable, compute, output))
+    }
+
+    const fn from_dtypes(variable: FloatDType, compute: FloatDType, output: FloatDType) -> Self {
+        Self {
+            variable,
+            compute,
+            output,
+        }
+    }
+
+    /// The dtype parameters are created and kept in (Keras' `variable_dtype`).
+    pub fn variable_dtype(&self) -> FloatDType {
+        self.variable
+    }
+
+    /// The dtype matmuls, linears, convolutions and attention run in (Keras' `compute_dtype`).
+    pub fn compute_dtype(&self) -> FloatDType {
+        self.compute
+    }
+
+    /// The dtype a model's output and its loss are handed back in (jmp's `output_dtype`).
+    pub fn output_dtype(&self) -> FloatDType {
+        self.output
+    }
+
+    /// The policy's name: its Keras name where it has one, else its jmp-style spec.
+    /// Parsing the name gives the same policy back.
+    pub fn name(&self) -> String {
+        self.to_string()
+    }
+
+    /// Whether any dtype of the policy is narrower than f32.
+    pub fn is_reduced_precision(&self) -> bool {
+        [self.variable, self.compute, self.output]
+            .iter()
+            .any(|d| matches!(d, FloatDType::F16 | FloatDType::BF16))
+    }
+
+    /// Whether gradients need a loss scale to survive: true when the compute dtype is f16,
+    /// whose smallest subnormal is 2^-24. bf16 shares f32's exponent range and needs none.
+    pub fn needs_loss_scaling(&self) -> bool {
+        self.compute == FloatDType::F16 || self.variable == FloatDType::F16
+    }
+
+    /// The dtypes a device must support for this policy, without duplicates.
+    pub(crate) fn required_dtypes(&self) -> Vec<FloatDType> {
+        let mut out = Vec::with_capacity(3);
+        for d in [self.variable, self.compute, self.output] {
+            if !out.contains(&d) {
+                out.push(d);
+            }
+        }
+        out
+    }
+}
+
+impl Default for Policy {
+    /// `float32`, the policy in force when none is set (as in Keras).
+    fn default() -> Self {
+        Self::float32()
+    }
+}

@@ -1,0 +1,151 @@
+//! Policy names: Keras' five names and jmp's `params=…,compute=…,output=…` specs, both ways.
+
+use core::fmt;
+use core::str::FromStr;
+
+use burn_tensor::FloatDType;
+
+use super::{Policy, PolicyError};
+
+/// The Keras policy names [`Policy`] parses.
+pub(crate) const VALID_NAMES: [&str; 5] = [
+    "float32",
+    "float16",
+    "bfloat16",
+    "mixed_float16",
+    "mixed_bfloat16",
+];
+
+/// An example of the jmp-style spec, shown in errors.
+pub(crate) const SPEC_EXAMPLE: &str = "params=float32,compute=bfloat16,output=float32";
+
+fn named(name: &str) -> Option<Policy> {
+    Some(match name {
+        "float32" => Policy::float32(),
+        "float16" => Policy::float16(),
+        "bfloat16" => Policy::bfloat16(),
+        "mixed_float16" => Policy::mixed_float16(),
+        "mixed_bfloat16" => Policy::mixed_bfloat16(),
+        _ => return None,
+    })
+}
+
+/// The name a dtype has in policy strings, or `None` for dtypes a policy cannot use.
+pub(crate) fn dtype_name(dtype: FloatDType) -> Option<&'static str> {
+    match dtype {
+        FloatDType::F32 => Some("float32"),
+        FloatDType::F16 => Some("float16"),
+        FloatDType::BF16 => Some("bfloat16"),
+        _ => None,
+    }
+}
+
+fn parse_dtype(name: &str) -> Option<FloatDType> {
+    match name {
+        "float32" | "f32" | "full" => Some(FloatDType::F32),
+        "float16" | "f16" | "half" => Some(FloatDType::F16),
+        "bfloat16" | "bf16" => Some(FloatDType::BF16),
+        _ => None,
+    }
+}
+
+fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
+    let invalid = |reason: String| PolicyError::InvalidSpec {
+        spec: spec.to_string(),
+        reason,
+    };
+    let mut fields: [Option<FloatDType>; 3] = [None; 3];
+    for part in spec.split(',') {
+        let (key, value) = part
+            .split_once('=')
+            .ok_or_else(|| invalid(format!("{part:?} is not of the form key=dtype")))?;
+        let slot = match key.trim() {
+            "params" | "param" | "p" => 0,
+            "compute" | "c" => 1,
+            "output" | "o" => 2,
+            other => {
+                return Err(invalid(format!(
+                    "unknown key {other:?}; the keys are params, compute and output"
+                )));
+            }
+        };
+        let value = value.trim();
+        let dtype = parse_dtype(value).ok_or_else(|| {
+            invalid(format!(
+                "unknown dtype {value:?}; the dtypes are float32, float16 and bfloat16"
+            ))
+        })?;
+        if fields[slot].replace(dtype).is_some() {
+            return Err(invalid(format!("key {:?} is given twice", key.trim())));
+        }
+    }
+    let [p, c, o] = fields.map(|f| f.unwrap_or(FloatDType::F32));
+    Policy::new(p, c, o)
+}
+
+impl FromStr for Policy {
+    type Err = PolicyError;
+
+    /// Parses a Keras name (`"mixed_float16"`) or a jmp-style spec
+    /// (`"params=float32,compute=float16,output=float32"`; keys may be shortened to `p`, `c`,
+    /// `o`, dtypes to `f32`, `f16`, `bf16`; a missing key means float32).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        if let Some(policy) = named(s) {
+            return Ok(policy);
+        }
+        if s.contains('=') {
+            return parse_spec(s);
+        }
+        Err(PolicyError::UnknownName {
+            name: s.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for Policy {
+    /// Writes the Keras name where the policy has one, else its jmp-style spec.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(name) = VALID_NAMES.iter().find(|n| named(n).as_ref() == Some(self)) {
+            return f.write_str(name);
+        }
+        let name = |d| dtype_name(d).unwrap_or("float32");
+        write!(
+            f,
+            "params={},compute={},output={}",
+            name(self.variable),
+            name(self.compute),
+            name(self.output)
+        )
+    }
+}
+
+/// Anything a policy can be given as: a [`Policy`], or its name as `&str` or `String`.
+pub trait IntoPolicy {
+    /// The policy, or why the value is not one.
+    fn into_policy(self) -> Result<Policy, PolicyError>;
+}
+
+impl IntoPolicy for Policy {
+    fn into_policy(self) -> Result<Policy, PolicyError> {
+        Ok(self)
+    }
+}
+
+impl IntoPolicy for &str {
+    fn into_policy(self) -> Result<Policy, PolicyError> {
+        self.parse()
+    }
+}
+
+impl IntoPolicy for String {
+    fn into_policy(self) -> Result<Policy, PolicyError> {
+        self.parse()
+    }
+}
+
+impl IntoPolicy for &String {
+    fn into_policy(self) -> Result<Policy, PolicyError> {
+        self.parse()
+    }
+}

@@ -1,0 +1,262 @@
+//! Policy names, the precedence of scoped / per-device / global policies, and the refusal
+//! of policies a device cannot run (NdArray: no f16 or bf16; wgpu: no bf16).
+
+use std::sync::Mutex;
+
+use burn::backend::{Flex, NdArray, Wgpu};
+use burn::tensor::{FloatDType, Tensor};
+use burn_amp::{
+    MixedPrecision, Policy, PolicyError, global_policy, set_global_policy, with_policy,
+};
+
+/// Tests that change process-wide policies (global, per-device) take this lock; the others
+/// use `with_policy`, which is per-thread and wins over both.
+static GLOBAL_STATE: Mutex<()> = Mutex::new(());
+
+use FloatDType::{BF16, F16, F32};
+
+#[test]
+fn every_keras_name_parses_to_its_dtypes() {
+    let cases = [
+        ("float32", F32, F32, F32),
+        ("float16", F16, F16, F16),
+        ("bfloat16", BF16, BF16, BF16),
+        ("mixed_float16", F32, F16, F32),
+        ("mixed_bfloat16", F32, BF16, F32),
+    ];
+    for (name, variable, compute, output) in cases {
+        let policy: Policy = name.parse().unwrap();
+        assert_eq!(policy.variable_dtype(), variable, "{name}");
+        assert_eq!(policy.compute_dtype(), compute, "{name}");
+        assert_eq!(policy.output_dtype(), output, "{name}");
+        assert_eq!(policy.to_string(), name);
+        assert_eq!(policy.name(), name);
+    }
+    assert_eq!(Policy::default(), Policy::float32());
+}
+
+#[test]
+fn jmp_specs_parse_and_round_trip() {
+    let custom: Policy = "params=float32,compute=bfloat16,output=bfloat16"
+        .parse()
+        .unwrap();
+    assert_eq!(
+        (
+            custom.variable_dtype(),
+            custom.compute_dtype(),
+            custom.output_dtype()
+        ),
+        (F32, BF16, BF16)
+    );
+    assert_eq!(
+        custom.to_string(),
+        "params=float32,compute=bfloat16,output=bfloat16"
+    );
+    assert_eq!(custom.to_string().parse::<Policy>().unwrap(), custom);
+
+    // A spec that names a Keras policy is that policy, and prints as its name.
+    let spec: Policy = "params=float32,compute=float16,output=float32"
+        .parse()
+        .unwrap();
+    assert_eq!(spec, Policy::mixed_float16());
+    assert_eq!(spec.to_string(), "mixed_float16");
+
+    // jmp's short keys and dtype names; missing keys are float32.
+    let short: Policy = "p=f32,c=bf16,o=f32".parse().unwrap();
+    assert_eq!(short, Policy::mixed_bfloat16());
+    let partial: Policy = "compute=half".parse().unwrap();
+    assert_eq!(partial, Policy::mixed_float16());
+    let spaced: Policy = " params = float16 , compute = float16 , output = float32 "
+        .parse()
+        .unwrap();
+    assert_eq!(
+        spaced.to_string(),
+        "params=float16,compute=float16,output=float32"
+    );
+
+    // Every combination round-trips through its name.
+    for v in [F32, F16, BF16] {
+        for c in [F32, F16, BF16] {
+            for o in [F32, F16, BF16] {
+                let policy = Policy::new(v, c, o).unwrap();
+                assert_eq!(policy.name().parse::<Policy>().unwrap(), policy);
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_names_give_typed_errors_that_list_the_valid_names() {
+    let unknown = [
+        "",
+        "float",
+        "Float32",
+        "mixed_float61",
+        "mixed_float8",
+        "mixed-float16",
+        "fp16",
+        "mixed_bfloat",
+        "float64",
+        "int8",
+        "mixed",
+        "mixed_float16 extra",
+    ];
+    for name in unknown {
+        let err = name.parse::<Policy>().unwrap_err();
+        assert!(
+            matches!(err, PolicyError::UnknownName { .. }),
+            "{name:?}: {err:?}"
+        );
+        let message = err.to_string();
+        for valid in [
+            "float32",
+            "float16",
+            "bfloat16",
+            "mixed_float16",
+            "mixed_bfloat16",
+        ] {
+            assert!(message.contains(valid), "{name:?}: {message}");
+        }
+    }
+    let invalid = [
+        "params=float64",
+        "compute=int8",
+        "params=float32,params=float16",
+        "weights=float32",
+        "params=float32,",
+        "compute",
+        "=float16",
+    ];
+    for spec in invalid {
+        let err = spec.parse::<Policy>().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PolicyError::InvalidSpec { .. } | PolicyError::UnknownName { .. }
+            ),
+            "{spec:?}: {err:?}"
+        );
+        assert!(err.to_string().contains(spec.trim()), "{spec:?}: {err}");
+    }
+    let err = Policy::new(FloatDType::F64, F32, F32).unwrap_err();
+    assert!(matches!(err, PolicyError::InvalidSpec { .. }));
+}
+
+#[test]
+fn scoped_policy_wins_and_is_restored_even_after_a_panic() {
+    let device = Default::default();
+    type B = MixedPrecision<Flex>;
+    let a = Tensor::<B, 2>::ones([2, 2], &device);
+    with_policy(Policy::mixed_float16(), || {
+        assert_eq!(a.clone().matmul(a.clone()).dtype(), F16.into());
+        with_policy(Policy::mixed_bfloat16(), || {
+            assert_eq!(a.clone().matmul(a.clone()).dtype(), BF16.into());
+        });
+        assert_eq!(a.clone().matmul(a.clone()).dtype(), F16.into());
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            with_policy(Policy::float32(), || panic!("inside"));
+        }));
+        assert!(caught.is_err());
+        assert_eq!(a.clone().matmul(a.clone()).dtype(), F16.into());
+    });
+}
+
+#[test]
+fn device_policy_wins_over_global_and_clears() {
+    let _lock = GLOBAL_STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let device = Default::default();
+    type B = MixedPrecision<Flex>;
+    let a = Tensor::<B, 2>::ones([2, 2], &device);
+
+    assert_eq!(global_policy(), Policy::float32(), "default policy");
+    assert_eq!(a.clone().matmul(a.clone()).dtype(), F32.into());
+
+    set_global_policy("mixed_bfloat16").unwrap();
+    assert_eq!(a.clone().matmul(a.clone()).dtype(), BF16.into());
+    MixedPrecision::<Flex>::set_policy(&device, "mixed_float16").unwrap();
+    assert_eq!(
+        MixedPrecision::<Flex>::policy(&device).unwrap(),
+        Policy::mixed_float16()
+    );
+    assert_eq!(a.clone().matmul(a.clone()).dtype(), F16.into());
+    MixedPrecision::<Flex>::clear_policy(&device);
+    assert_eq!(a.clone().matmul(a.clone()).dtype(), BF16.into());
+
+    // A bad name leaves the global policy as it was.
+    assert!(set_global_policy("mixed_float61").is_err());
+    assert_eq!(global_policy(), Policy::mixed_bfloat16());
+    set_global_policy(Policy::float32()).unwrap();
+    assert_eq!(a.clone().matmul(a).dtype(), F32.into());
+}
+
+#[test]
+fn unsupported_dtypes_are_refused_with_backend_dtype_and_a_working_policy() {
+    let _lock = GLOBAL_STATE.lock().unwrap_or_else(|e| e.into_inner());
+
+    // NdArray runs neither f16 nor bf16.
+    for name in ["mixed_float16", "float16", "mixed_bfloat16", "bfloat16"] {
+        let err = MixedPrecision::<NdArray>::set_policy(&Default::default(), name).unwrap_err();
+        let PolicyError::Unsupported {
+            backend,
+            dtype,
+            suggestion,
+            policy,
+            ..
+        } = &err
+        else {
+            panic!("{name}: {err:?}");
+        };
+        assert_eq!(backend, "ndarray");
+        assert!(matches!(dtype, F16 | BF16));
+        assert_eq!(*suggestion, Policy::float32());
+        assert_eq!(policy.name(), name);
+        let message = err.to_string();
+        assert!(
+            message.contains("ndarray") && message.contains("float32"),
+            "{message}"
+        );
+    }
+    MixedPrecision::<NdArray>::set_policy(&Default::default(), "float32").unwrap();
+    MixedPrecision::<NdArray>::clear_policy(&Default::default());
+
+    // wgpu (WGSL) runs f16 but not bf16: the suggestion keeps the mixed layout.
+    let device = Default::default();
+    let err = MixedPrecision::<Wgpu>::set_policy(&device, "mixed_bfloat16").unwrap_err();
+    let PolicyError::Unsupported {
+        dtype, suggestion, ..
+    } = &err
+    else {
+        panic!("{err:?}");
+    };
+    assert_eq!(*dtype, BF16);
+    assert_eq!(*suggestion, Policy::mixed_float16());
+    assert!(err.to_string().contains("mixed_float16"), "{err}");
+    MixedPrecision::<Wgpu>::set_policy(&device, "mixed_float16").unwrap();
+    MixedPrecision::<Wgpu>::clear_policy(&device);
+
+    // A global policy the device cannot run: `policy()` reports it as a value...
+    set_global_policy("mixed_bfloat16").unwrap();
+    assert!(matches!(
+        MixedPrecision::<Wgpu>::policy(&device),
+        Err(PolicyError::Unsupported { .. })
+    ));
+    // ...and an op refuses to run rather than run another dtype.
+    let caught = std::panic::catch_unwind(|| {
+        let a = Tensor::<MixedPrecision<Wgpu>, 2>::ones([2, 2], &device);
+        a.clone().matmul(a).into_data()
+    });
+    set_global_policy("float32").unwrap();
+    let message = *caught.unwrap_err().downcast::<String>().unwrap();
+    assert!(
+        message.contains("BF16") && message.contains("mixed_float16"),
+        "{message}"
+    );
+}
+
+#[test]
+fn loss_scaling_advice_follows_the_compute_dtype() {
+    assert!(Policy::mixed_float16().needs_loss_scaling());
+    assert!(Policy::float16().needs_loss_scaling());
+    assert!(!Policy::mixed_bfloat16().needs_loss_scaling());
+    assert!(!Policy::float32().needs_loss_scaling());
+}
