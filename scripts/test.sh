@@ -28,5 +28,5 @@ if [ -z "${XDG_RUNTIME_DIR:-}" ]; then
     mkdir -p "$XDG_RUNTIME_DIR"
 fi
 
-cargo test --workspace --all-targets "$@"
+cargo test --workspace --all-targets --features slow-tests,ndarray "$@"
 cargo test --workspace --doc

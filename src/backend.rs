@@ -4,13 +4,16 @@
 
 #[macro_use]
 mod forward;
+mod gradients;
 mod ops;
+
+pub use gradients::ScaledGradients;
 
 use core::marker::PhantomData;
 
 use burn_tensor::backend::{AutodiffBackend, Backend, BackendTypes, DTypeUsageSet, ExecutionError};
 use burn_tensor::ops::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
-use burn_tensor::{DType, FloatDType, TensorData};
+use burn_tensor::{DType, FloatDType, Scalar, TensorData};
 
 use crate::policy::{IntoPolicy, Policy, PolicyError, autocast, scope};
 
@@ -98,13 +101,6 @@ impl<B: Backend> MixedPrecision<B> {
         scope::check::<B>(device, policy)?;
         Ok(policy)
     }
-
-    /// Casts a model output to the policy's output dtype (f32 for the mixed policies),
-    /// as jmp's `cast_to_output` does.
-    pub fn cast_to_output(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        let policy = scope::resolve::<B>(&B::float_device(&tensor));
-        autocast::cast::<B>(tensor, policy.output_dtype())
-    }
 }
 
 impl<B: Backend> BackendTypes for MixedPrecision<B> {
@@ -177,31 +173,45 @@ impl<B: Backend> Backend for MixedPrecision<B> {
 
 impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
     type InnerBackend = MixedPrecision<B::InnerBackend>;
-    type Gradients = B::Gradients;
+    type Gradients = ScaledGradients<B::Gradients>;
 
-    /// Runs the backward pass from `tensor` cast to the policy's output dtype, so the
-    /// gradient seed is f32 under the mixed policies.
+    /// Runs the backward pass from `tensor` cast to the policy's output dtype (f32 under the
+    /// mixed policies). When an automatic [`LossScaleOptimizer`](crate::LossScaleOptimizer)
+    /// is alive and the policy computes in f16, the loss is first multiplied by its scale;
+    /// the returned gradients divide it out again when read.
     fn backward(tensor: FloatTensor<Self>) -> Self::Gradients {
         let policy = scope::resolve::<B>(&B::float_device(&tensor));
         let loss = match autocast::dtype::<B>(&tensor) {
             FloatDType::F64 => tensor,
             _ => autocast::cast::<B>(tensor, policy.output_dtype()),
         };
-        B::backward(loss)
+        let scale = crate::loss_scale::active()
+            .map(|s| s.begin_backward(policy.needs_loss_scaling()))
+            .unwrap_or(1.0);
+        let loss = if scale == 1.0 {
+            loss
+        } else {
+            B::float_mul_scalar(loss, Scalar::from(scale))
+        };
+        ScaledGradients {
+            inner: B::backward(loss),
+            scale,
+        }
     }
 
     fn grad(
         tensor: &FloatTensor<Self>,
         grads: &Self::Gradients,
     ) -> Option<FloatTensor<Self::InnerBackend>> {
-        B::grad(tensor, grads)
+        B::grad(tensor, &grads.inner).map(|g| gradients::unscale::<B::InnerBackend>(g, grads.scale))
     }
 
     fn grad_remove(
         tensor: &FloatTensor<Self>,
         grads: &mut Self::Gradients,
     ) -> Option<FloatTensor<Self::InnerBackend>> {
-        B::grad_remove(tensor, grads)
+        B::grad_remove(tensor, &mut grads.inner)
+            .map(|g| gradients::unscale::<B::InnerBackend>(g, grads.scale))
     }
 
     fn grad_replace(
@@ -209,7 +219,8 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
         grads: &mut Self::Gradients,
         grad: FloatTensor<Self::InnerBackend>,
     ) {
-        B::grad_replace(tensor, grads, grad)
+        let grad = gradients::rescale::<B::InnerBackend>(grad, grads.scale);
+        B::grad_replace(tensor, &mut grads.inner, grad)
     }
 
     fn inner(tensor: FloatTensor<Self>) -> FloatTensor<Self::InnerBackend> {
@@ -242,5 +253,31 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
 
     fn q_from_inner(tensor: QuantizedTensor<Self::InnerBackend>) -> QuantizedTensor<Self> {
         B::q_from_inner(tensor)
+    }
+}
+
+/// Casts a model's output to the policy's output dtype (f32 under the mixed policies), as
+/// jmp's `cast_to_output` or a Keras `dtype="float32"` output layer do.
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::tensor::{FloatDType, Tensor};
+/// use burn_amp::{MixedPrecision, Policy, cast_to_output, with_policy};
+///
+/// with_policy(Policy::mixed_float16(), || {
+///     let x = Tensor::<MixedPrecision<Flex>, 2>::ones([2, 2], &Default::default());
+///     let logits = x.clone().matmul(x); // f16
+///     assert_eq!(cast_to_output(logits).dtype(), FloatDType::F32.into());
+/// });
+/// ```
+pub fn cast_to_output<B: Backend, const D: usize>(
+    tensor: burn_tensor::Tensor<MixedPrecision<B>, D>,
+) -> burn_tensor::Tensor<MixedPrecision<B>, D> {
+    let policy = scope::resolve::<B>(&tensor.device());
+    let dtype = FloatDType::from(tensor.dtype());
+    if dtype == policy.output_dtype() || dtype == FloatDType::F64 {
+        tensor
+    } else {
+        tensor.cast(policy.output_dtype())
     }
 }

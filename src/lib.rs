@@ -22,10 +22,17 @@
 //!
 //! - [`MixedPrecision`]: the decorator backend.
 //! - [`Policy`], [`set_global_policy`], [`with_policy`]: which dtypes ops run in.
+//! - [`LossScaleOptimizer`]: loss scaling for `mixed_float16`, around any Burn optimizer.
+//! - [`fp8`]: FP8 (E4M3, E5M2) tensors with per-tensor, per-block and MX scaling.
 #![warn(missing_docs)]
 
 mod backend;
+pub mod fp8;
+pub mod loss_scale;
 pub mod policy;
 
-pub use backend::MixedPrecision;
+pub use backend::{MixedPrecision, ScaledGradients, cast_to_output};
+pub use loss_scale::{LossScale, LossScaleConfig, LossScaleError, LossScaleOptimizer};
+#[cfg(feature = "train")]
+pub use loss_scale::{LossScaleMetric, SkippedStepsMetric};
 pub use policy::{IntoPolicy, Policy, PolicyError, global_policy, set_global_policy, with_policy};

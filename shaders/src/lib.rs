@@ -1,1 +1,10 @@
-//! kernels
+//! # burn-amp-kernels
+//!
+//! The CubeCL kernels of [burn-amp](https://crates.io/crates/burn-amp), with their CPU
+//! references. Written once in CubeCL, they run on wgpu (Vulkan, Metal, DX12) and CUDA.
+//! This crate knows CubeCL only; the glue to Burn's tensors is in `burn-amp`.
+//!
+//! - [`fp8`]: FP8 quantize / dequantize with scaling.
+#![warn(missing_docs)]
+
+pub mod fp8;

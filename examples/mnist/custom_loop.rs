@@ -1,0 +1,73 @@
+//! The Keras guide's custom training loop: forward, `loss.backward()`, optimizer step.
+//! Loss scaling is automatic: the `LossScaleOptimizer` scales the backward pass.
+
+use std::time::Instant;
+
+use burn::module::AutodiffModule;
+use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{ElementConversion, Tensor};
+use burn_amp::{LossScaleOptimizer, MixedPrecision};
+
+use crate::data::{Digit, DigitBatcher, shuffled};
+use crate::model::KerasMlp;
+use crate::report::{EpochLine, Progress};
+use crate::run::{Options, test_accuracy};
+use burn::data::dataloader::batcher::Batcher;
+
+pub fn train<B: AutodiffBackend>(
+    device: &B::Device,
+    options: &Options,
+    train: &[Digit],
+    test: &[Digit],
+) -> f64 {
+    type M<B> = MixedPrecision<B>;
+    let mut model = KerasMlp::<M<B>>::new(device);
+    let mut optim = LossScaleOptimizer::new(AdamConfig::new().init::<M<B>, KerasMlp<M<B>>>());
+
+    let mut accuracy = 0.0;
+    for epoch in 1..=options.epochs {
+        let start = Instant::now();
+        let mut progress = Progress::new();
+        let order = shuffled(train.len(), options.seed + epoch as u64);
+        let mut loss_sum = Tensor::<M<B>, 1>::zeros([1], device);
+        let mut correct = 0usize;
+        let mut seen = 0usize;
+        for chunk in order.chunks(options.batch_size) {
+            let items = chunk.iter().map(|&i| train[i].clone()).collect();
+            let batch = <DigitBatcher as Batcher<M<B>, _, _>>::batch(&DigitBatcher, items, device);
+            let labels = batch.labels.clone();
+            let output = model.classify(batch);
+            let n = chunk.len();
+            loss_sum = loss_sum + output.loss.clone().detach().mul_scalar(n as f64);
+            let predicted = output.output.clone().detach().argmax(1).squeeze_dim::<1>(1);
+            let hits = predicted.equal(labels).int().sum().into_scalar();
+            correct += hits.elem::<i64>() as usize;
+            seen += n;
+
+            let grads = GradientsParams::from_grads(output.loss.backward(), &model);
+            model = optim.step(options.lr, model, grads);
+            progress.update(epoch, seen, train.len(), None);
+        }
+        let loss = loss_sum.into_scalar().elem::<f64>() / seen as f64;
+        accuracy = test_accuracy::<<M<B> as AutodiffBackend>::InnerBackend>(
+            &model.valid(),
+            test,
+            options.batch_size,
+            device,
+        );
+        EpochLine {
+            epoch,
+            epochs: options.epochs,
+            loss,
+            train_accuracy: correct as f64 / seen as f64,
+            test_accuracy: accuracy,
+            loss_scale: optim.loss_scale(),
+            skipped: optim.skipped_steps(),
+            seconds: start.elapsed().as_secs_f64(),
+        }
+        .print();
+        let _ = <M<B> as Backend>::sync(device);
+    }
+    accuracy
+}

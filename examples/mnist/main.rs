@@ -1,0 +1,129 @@
+//! The Keras mixed-precision guide's MNIST model, trained with burn-amp on the real digits
+//! in `examples/data/mnist-10k` (8,000 to train, 2,000 to test).
+//!
+//! ```sh
+//! cargo run --release --example mnist                                   # mixed_float16, Flex
+//! cargo run --release --example mnist -- --policy mixed_bfloat16 --learner
+//! cargo run --release --example mnist -- --backend wgpu --epochs 2
+//! ```
+//!
+//! The last line printed is `test_accuracy=<value>`.
+
+mod custom_loop;
+mod data;
+mod learner;
+mod model;
+mod report;
+mod run;
+
+use std::path::PathBuf;
+
+use burn::backend::{Autodiff, Flex, NdArray, Wgpu};
+
+use run::{Mode, Options};
+
+const USAGE: &str = "\
+usage: mnist [--policy NAME] [--backend flex|wgpu|cuda|ndarray] [--epochs N]
+             [--batch-size N] [--lr X] [--seed N] [--learner | --custom-loop] [--data DIR]
+
+  --policy      a dtype policy: float32, mixed_float16 (default), mixed_bfloat16, ...
+  --backend     flex (default; CPU), wgpu, cuda (needs --features cuda), ndarray
+  --epochs      passes over the 8,000 training digits (default 5)
+  --batch-size  default 128
+  --lr          Adam's learning rate (default 1e-3)
+  --learner     train with burn-train's Learner; --custom-loop (default) with a plain loop
+  --data        the directory holding the IDX files (default examples/data/mnist-10k)";
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum BackendKind {
+    Flex,
+    Wgpu,
+    Cuda,
+    NdArray,
+}
+
+fn number<T: std::str::FromStr>(flag: &str, value: String) -> Result<T, String> {
+    value
+        .parse()
+        .map_err(|_| format!("{flag}: {value:?} is not a valid number"))
+}
+
+fn parse(args: impl Iterator<Item = String>) -> Result<(Options, BackendKind), String> {
+    let mut options = Options::default();
+    let mut backend = BackendKind::Flex;
+    let mut args = args.peekable();
+    while let Some(flag) = args.next() {
+        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
+        match flag.as_str() {
+            "--policy" => {
+                options.policy = value("--policy")?.parse().map_err(|e| format!("{e}"))?
+            }
+            "--backend" => {
+                backend = match value("--backend")?.as_str() {
+                    "flex" => BackendKind::Flex,
+                    "wgpu" => BackendKind::Wgpu,
+                    "cuda" => BackendKind::Cuda,
+                    "ndarray" => BackendKind::NdArray,
+                    other => {
+                        return Err(format!(
+                            "--backend: unknown backend {other:?}; use flex, wgpu, cuda or ndarray"
+                        ));
+                    }
+                }
+            }
+            "--epochs" => options.epochs = number("--epochs", value("--epochs")?)?,
+            "--batch-size" => options.batch_size = number("--batch-size", value("--batch-size")?)?,
+            "--lr" => options.lr = number("--lr", value("--lr")?)?,
+            "--seed" => options.seed = number("--seed", value("--seed")?)?,
+            "--data" => options.data = PathBuf::from(value("--data")?),
+            "--learner" => options.mode = Mode::Learner,
+            "--custom-loop" => options.mode = Mode::CustomLoop,
+            "--help" | "-h" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if options.epochs == 0 || options.batch_size == 0 {
+        return Err("--epochs and --batch-size must be at least 1".into());
+    }
+    if !(options.lr.is_finite() && options.lr > 0.0) {
+        return Err("--lr must be a positive number".into());
+    }
+    Ok((options, backend))
+}
+
+fn main() {
+    let (options, backend) = match parse(std::env::args().skip(1)) {
+        Ok(parsed) => parsed,
+        Err(message) if message.is_empty() => {
+            println!("{USAGE}");
+            return;
+        }
+        Err(message) => {
+            eprintln!("error: {message}\n\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    let result = match backend {
+        BackendKind::Flex => run::run::<Autodiff<Flex>>(Default::default(), &options),
+        BackendKind::Wgpu => run::run::<Autodiff<Wgpu>>(Default::default(), &options),
+        BackendKind::NdArray => run::run::<Autodiff<NdArray>>(Default::default(), &options),
+        BackendKind::Cuda => run_cuda(&options),
+    };
+    match result {
+        Ok(accuracy) => println!("test_accuracy={accuracy:.4}"),
+        Err(message) => {
+            eprintln!("error: {message}");
+            std::process::exit(2);
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn run_cuda(options: &Options) -> Result<f64, String> {
+    run::run::<Autodiff<burn::backend::Cuda>>(Default::default(), options)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(_: &Options) -> Result<f64, String> {
+    Err("this build has no CUDA backend: rebuild with `--features cuda`".into())
+}

@@ -1,0 +1,82 @@
+//! What a training run needs: its options, the evaluation, and the run itself (shared by
+//! `main.rs` and the accuracy test in `tests/mnist.rs`).
+
+use std::path::PathBuf;
+
+use burn::data::dataloader::batcher::Batcher;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn_amp::{MixedPrecision, Policy};
+
+use crate::data::{self, Digit, DigitBatcher, TRAIN};
+use crate::model::KerasMlp;
+use crate::{custom_loop, learner};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Mode {
+    CustomLoop,
+    Learner,
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub policy: Policy,
+    pub epochs: usize,
+    pub batch_size: usize,
+    pub lr: f64,
+    pub seed: u64,
+    pub mode: Mode,
+    pub data: PathBuf,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            policy: Policy::mixed_float16(),
+            epochs: 5,
+            batch_size: 128,
+            lr: 1e-3,
+            seed: 42,
+            mode: Mode::CustomLoop,
+            data: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/data/mnist-10k"),
+        }
+    }
+}
+
+/// The share of `test` digits the model classifies right.
+pub fn test_accuracy<B: Backend>(
+    model: &KerasMlp<B>,
+    test: &[Digit],
+    batch_size: usize,
+    device: &B::Device,
+) -> f64 {
+    let correct: usize = test
+        .chunks(batch_size)
+        .map(|chunk| model.correct(DigitBatcher.batch(chunk.to_vec(), device)))
+        .sum();
+    correct as f64 / test.len() as f64
+}
+
+/// Trains the Keras model on backend `B` under `options.policy`; returns the test accuracy.
+pub fn run<B: AutodiffBackend>(device: B::Device, options: &Options) -> Result<f64, String> {
+    // The policy, checked against the device: a typed error when the backend cannot run it.
+    MixedPrecision::<B>::set_policy(&device, options.policy).map_err(|e| e.to_string())?;
+    <MixedPrecision<B> as Backend>::seed(&device, options.seed);
+    let digits = data::load(&options.data)?;
+    let (train, test) = digits.split_at(TRAIN.min(digits.len()));
+    println!(
+        "burn-amp mnist: policy {}  backend {}  mode {:?}  epochs {}  batch {}  train {}  test {}",
+        options.policy,
+        <MixedPrecision<B> as Backend>::name(&device),
+        options.mode,
+        options.epochs,
+        options.batch_size,
+        train.len(),
+        test.len()
+    );
+    let accuracy = match options.mode {
+        Mode::CustomLoop => custom_loop::train::<B>(&device, options, train, test),
+        Mode::Learner => learner::train::<B>(&device, options, train, test),
+    };
+    MixedPrecision::<B>::clear_policy(&device);
+    Ok(accuracy)
+}

@@ -1,0 +1,390 @@
+//! The FP8 kernels in CubeCL: the steps of [`super::reference`], as integer bit work (WGSL
+//! has no FP8 type), so every runtime gives the reference's bytes.
+//!
+//! Codes are stored one byte per value, four to a `u32` (little-endian: value `4k + j` in
+//! bits `8j..8j+8`), which is byte for byte the `u8` layout on runtimes that have bytes.
+//! Tensors are seen as `[rows, cols]` (`cols` the last dimension) and scaled per block of
+//! `block_rows x block_cols`; one block covering everything is per-tensor scaling.
+
+// `#[cube]` expands each function into an undocumented helper module.
+#![allow(missing_docs)]
+
+use cubecl::prelude::*;
+
+/// Wellons' `lowbias32` hash ([`super::reference::hash32`]).
+#[cube]
+pub fn hash32(x: u32) -> u32 {
+    let mut x = x;
+    x ^= x >> 16;
+    x *= 0x7feb_352du32;
+    x ^= x >> 15;
+    x *= 0x846c_a68bu32;
+    x ^= x >> 16;
+    x
+}
+
+/// Stochastic rounding's 32 random bits ([`super::reference::noise`]).
+#[cube]
+pub fn noise(seed: u32, index: u32) -> u32 {
+    hash32(hash32(seed ^ 0x9e37_79b9u32) ^ index)
+}
+
+/// `value >> shift`, rounded to nearest even or stochastically.
+///
+/// Every shift amount is masked with `& 31`: a no-op on the paths that run, it keeps
+/// constant-folded dead branches valid WGSL (shifts of 32 or more are rejected).
+#[cube]
+pub fn shift_round(
+    value: u32,
+    shift: u32,
+    seed: u32,
+    index: u32,
+    #[comptime] stochastic: bool,
+) -> u32 {
+    let mut out = value;
+    if shift > 0 {
+        if comptime!(stochastic) {
+            let r = noise(seed, index);
+            if shift >= 32 {
+                // Up with probability value / 2^shift, from 32 random bits.
+                let mut threshold = 0u32;
+                if shift < 64 {
+                    threshold = value >> ((shift - 32) & 31);
+                }
+                out = 0;
+                if r < threshold {
+                    out = 1;
+                }
+            } else {
+                let q = value >> (shift & 31);
+                let rem = value & ((1u32 << (shift & 31)) - 1);
+                out = q;
+                if (r >> ((32 - shift) & 31)) < rem {
+                    out = q + 1;
+                }
+            }
+        } else if shift > 32 {
+            out = 0;
+        } else {
+            let mut q = 0u32;
+            let mut rem = value;
+            if shift < 32 {
+                q = value >> (shift & 31);
+                rem = value & ((1u32 << (shift & 31)) - 1);
+            }
+            let half = 1u32 << ((shift - 1) & 31);
+            out = q;
+            if rem > half || (rem == half && (q & 1) == 1) {
+                out = q + 1;
+            }
+        }
+    }
+    out
+}
+
+/// One f32 (as bits) to an FP8 code ([`super::reference::encode`]). `m` is the mantissa
+/// width: 3 for E4M3, 2 for E5M2.
+#[cube]
+pub fn encode(
+    bits: u32,
+    bias: i32,
+    seed: u32,
+    index: u32,
+    #[comptime] m: u32,
+    #[comptime] saturate: bool,
+    #[comptime] stochastic: bool,
+) -> u32 {
+    let max_code = comptime!(if m == 3 { 0x7eu32 } else { 0x7bu32 }).runtime();
+    let nan_code = comptime!(if m == 3 { 0x7fu32 } else { 0x7eu32 }).runtime();
+    let overflow = comptime!(if saturate {
+        if m == 3 { 0x7eu32 } else { 0x7bu32 }
+    } else if m == 3 {
+        0x7fu32
+    } else {
+        0x7cu32
+    })
+    .runtime();
+    let sign = (bits >> 24) & 0x80u32;
+    let abs = bits & 0x7fff_ffffu32;
+    // NaN stays NaN (payloads are not kept: FP8 has room for one NaN per sign).
+    let mut code = nan_code;
+    if abs == 0x7f80_0000u32 {
+        code = overflow;
+    } else if abs < 0x7f80_0000u32 {
+        let biased = i32::cast_from(abs >> 23);
+        let mut exponent = biased - 127;
+        let mut mantissa = (abs & 0x7f_ffffu32) | 0x80_0000u32;
+        if biased == 0 {
+            exponent = -126;
+            mantissa = abs & 0x7f_ffffu32;
+        }
+        let field = exponent + bias;
+        if field > 31 {
+            code = overflow;
+        } else if field >= 1 {
+            let full = (u32::cast_from(field) << 23) | (mantissa & 0x7f_ffffu32);
+            code = shift_round(full, 23 - m, seed, index, stochastic);
+        } else {
+            let shift = 23 - m + u32::cast_from(1 - field);
+            code = shift_round(mantissa, shift, seed, index, stochastic);
+        }
+        if code > max_code {
+            code = overflow;
+        }
+    }
+    sign | code
+}
+
+/// One FP8 code to f32 bits ([`super::reference::decode_bits`]).
+#[cube]
+pub fn decode(code: u32, bias: i32, #[comptime] m: u32) -> u32 {
+    let nan_code = comptime!(if m == 3 { 0x7fu32 } else { 0x7eu32 }).runtime();
+    let sign = (code & 0x80u32) << 24;
+    let magnitude = code & 0x7fu32;
+    let mut out = sign;
+    let is_nan = if comptime!(m == 3) {
+        magnitude == nan_code
+    } else {
+        magnitude > 0x7cu32
+    };
+    if is_nan {
+        out = sign | 0x7fc0_0000u32;
+    } else if comptime!(m == 2) && magnitude == 0x7cu32 {
+        out = sign | 0x7f80_0000u32;
+    } else {
+        let field = i32::cast_from(magnitude >> m);
+        let mut mantissa = magnitude & ((1u32 << m) - 1);
+        if field != 0 || mantissa != 0 {
+            let mut exponent = field - bias;
+            if field == 0 {
+                exponent = 1 - bias;
+                #[unroll]
+                for _ in 0..m {
+                    if (mantissa & (1u32 << m)) == 0 {
+                        mantissa <<= 1;
+                        exponent -= 1;
+                    }
+                }
+                mantissa &= (1u32 << m) - 1;
+            }
+            out = sign | (u32::cast_from(exponent + 127) << 23) | (mantissa << (23 - m));
+        }
+    }
+    out
+}
+
+/// An f32 subnormal (as bits) flushed to a zero of its sign ([`super::scale::flush`]).
+#[cube]
+pub fn flush(bits: u32) -> u32 {
+    let mut out = bits;
+    if (bits & 0x7f80_0000u32) == 0 {
+        out = bits & 0x8000_0000u32;
+    }
+    out
+}
+
+/// `floor(log2(x))` of a positive finite f32 given as bits.
+#[cube]
+pub fn exponent_of(bits: u32) -> i32 {
+    let biased = i32::cast_from(bits >> 23);
+    let mut out = biased - 127;
+    if biased == 0 {
+        out = -149 + (31 - i32::cast_from((bits & 0x7f_ffffu32).leading_zeros()));
+    }
+    out
+}
+
+/// The 23 fraction bits of a positive finite f32 given as bits, normalised if subnormal.
+#[cube]
+pub fn mantissa_of(bits: u32) -> u32 {
+    let mut out = bits & 0x7f_ffffu32;
+    if (bits >> 23) == 0 {
+        out = (out << (out.leading_zeros() - 8)) & 0x7f_ffffu32;
+    }
+    out
+}
+
+/// `2^k` for `k` in `-126..=127`.
+#[cube]
+pub fn pow2(k: i32) -> f32 {
+    f32::reinterpret(u32::cast_from(k + 127) << 23)
+}
+
+/// Unit `b` turns block `b`'s amax (f32 bits) into its `scales` and `scale_invs` entries,
+/// by the rule [`super::scale::block_scale`] describes: `rule` 0 float, 1 power of two,
+/// 2 E8M0. `fp8_max` is the FP8 format's largest value.
+#[cube(launch_unchecked)]
+pub fn scales_kernel(
+    amax: &Array<u32>,
+    scales: &mut Array<f32>,
+    scale_invs: &mut Array<f32>,
+    fp8_max: f32,
+    margin: u32,
+    #[comptime] rule: u32,
+) {
+    let b = ABSOLUTE_POS;
+    if b >= amax.len() {
+        terminate!();
+    }
+    let a = amax[b];
+    let mut scale = 1.0f32;
+    let mut scale_inv = 1.0f32;
+    if a >= 0x7f80_0000u32 {
+        if comptime!(rule == 2) {
+            scale = f32::reinterpret(0x7fc0_0000u32);
+            scale_inv = scale;
+        }
+    } else if a != 0 {
+        let max_bits = u32::reinterpret(fp8_max);
+        if comptime!(rule == 0) {
+            let mut s = fp8_max / f32::reinterpret(a);
+            if margin > 0 {
+                s *= pow2(-i32::cast_from(min(margin, 126u32)));
+            }
+            let s_bits = u32::reinterpret(s) & 0x7fff_ffffu32;
+            if s_bits < 0x7f80_0000u32 && s_bits != 0 {
+                scale = s;
+                scale_inv = 1.0 / s;
+            }
+        } else if comptime!(rule == 1) {
+            let mut k = exponent_of(max_bits) - exponent_of(a);
+            if mantissa_of(a) > mantissa_of(max_bits) {
+                k -= 1;
+            }
+            k = max(min(k - i32::cast_from(margin), 126i32), -126i32);
+            scale = pow2(k);
+            scale_inv = pow2(-k);
+        } else {
+            let shared = exponent_of(a) - exponent_of(max_bits);
+            let code = max(min(shared + 127, 254i32), 1i32);
+            scale = pow2(127 - code);
+            scale_inv = pow2(code - 127);
+        }
+    }
+    scales[b] = scale;
+    scale_invs[b] = scale_inv;
+}
+
+/// The index of the scale block element `i` belongs to.
+#[cube]
+pub fn block_of(i: u32, cols: u32, block_rows: u32, block_cols: u32, blocks_per_row: u32) -> u32 {
+    let row = i / cols;
+    let col = i % cols;
+    (row / block_rows) * blocks_per_row + col / block_cols
+}
+
+/// Scales and quantizes `input` into packed codes: unit `k` writes `output[k]`, the codes
+/// of elements `4k..4k+4` (zero past the end). Each value is multiplied by its block's
+/// `scales` entry in f32 first (skipped for a scale of exactly 1).
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn quantize_kernel<F: Float>(
+    input: &Array<F>,
+    scales: &Array<f32>,
+    output: &mut Array<u32>,
+    len: u32,
+    cols: u32,
+    block_rows: u32,
+    block_cols: u32,
+    blocks_per_row: u32,
+    bias: i32,
+    seed: u32,
+    #[comptime] m: u32,
+    #[comptime] saturate: bool,
+    #[comptime] stochastic: bool,
+) {
+    let k = ABSOLUTE_POS;
+    if k >= output.len() {
+        terminate!();
+    }
+    let first = u32::cast_from(k) * 4;
+    let mut packed = 0u32;
+    #[unroll]
+    for j in 0..4u32 {
+        let i = first + j;
+        if i < len {
+            let scale = scales[block_of(i, cols, block_rows, block_cols, blocks_per_row) as usize];
+            let mut bits = u32::reinterpret(f32::cast_from(input[i as usize]));
+            if scale != 1.0 {
+                bits = flush(u32::reinterpret(f32::reinterpret(flush(bits)) * scale));
+            }
+            let code = encode(bits, bias, seed, i, m, saturate, stochastic);
+            packed |= code << (8 * j);
+        }
+    }
+    output[k] = packed;
+}
+
+/// Decodes packed codes and multiplies each value by its block's `scale_invs` entry (in
+/// f32, skipped for exactly 1): unit `k` writes elements `4k..4k+4`.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn dequantize_kernel<F: Float>(
+    codes: &Array<u32>,
+    scale_invs: &Array<f32>,
+    output: &mut Array<F>,
+    len: u32,
+    cols: u32,
+    block_rows: u32,
+    block_cols: u32,
+    blocks_per_row: u32,
+    bias: i32,
+    #[comptime] m: u32,
+) {
+    let k = ABSOLUTE_POS;
+    if k >= codes.len() {
+        terminate!();
+    }
+    let packed = codes[k];
+    let first = u32::cast_from(k) * 4;
+    #[unroll]
+    for j in 0..4u32 {
+        let i = first + j;
+        if i < len {
+            let code = (packed >> (8 * j)) & 0xffu32;
+            let mut x = f32::reinterpret(decode(code, bias, m));
+            let scale_inv =
+                scale_invs[block_of(i, cols, block_rows, block_cols, blocks_per_row) as usize];
+            if scale_inv != 1.0 {
+                x = f32::reinterpret(flush(u32::reinterpret(x * scale_inv)));
+            }
+            output[i as usize] = F::cast_from(x);
+        }
+    }
+}
+
+/// The largest `|x|` of each scale block, as f32 bits (the bits of non-negative floats
+/// order like the floats, so an integer max is exact; a NaN wins over everything): unit
+/// `k` folds elements `chunk*k..chunk*(k+1)` into `amax` with atomic maxima. `amax` must
+/// start at zero.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+pub fn amax_kernel<F: Float>(
+    input: &Array<F>,
+    amax: &mut Array<Atomic<u32>>,
+    len: u32,
+    chunk: u32,
+    cols: u32,
+    block_rows: u32,
+    block_cols: u32,
+    blocks_per_row: u32,
+) {
+    let start = u32::cast_from(ABSOLUTE_POS) * chunk;
+    if start >= len {
+        terminate!();
+    }
+    let end = min(start + chunk, len);
+    let mut block = block_of(start, cols, block_rows, block_cols, blocks_per_row);
+    let mut best = 0u32;
+    for i in start..end {
+        let b = block_of(i, cols, block_rows, block_cols, blocks_per_row);
+        if b != block {
+            amax[block as usize].fetch_max(best);
+            block = b;
+            best = 0;
+        }
+        let bits = u32::reinterpret(f32::cast_from(input[i as usize])) & 0x7fff_ffffu32;
+        best = max(best, bits);
+    }
+    amax[block as usize].fetch_max(best);
+}

@@ -1,0 +1,157 @@
+//! `Fp8Backend`: the FP8 operations a backend provides, on its primitives. The default
+//! methods are the portable path — a round trip through the host and the CPU reference —
+//! and give the same bytes as the kernels; CubeCL backends override them with the kernels.
+
+use burn_amp_kernels::fp8::launch::BlockLayout;
+use burn_amp_kernels::fp8::reference;
+use burn_amp_kernels::fp8::scale::{ScaleRule, amax_bits, block_scale};
+use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format};
+use burn_tensor::backend::Backend;
+use burn_tensor::ops::{FloatTensor, IntTensor};
+use burn_tensor::{FloatDType, TensorData, read_sync};
+
+use crate::MixedPrecision;
+
+/// A backend that can quantize to and from FP8.
+///
+/// Codes are packed four to a `u32` (value `4k + j` in bits `8j..8j+8` of word `k`), which is
+/// byte for byte a `u8` array. Scales and amaxes are f32, one per block of a
+/// [`BlockLayout`]. Every implementation gives the bytes of the CPU reference
+/// ([`burn_amp_kernels::fp8::reference`]).
+///
+/// Implemented for Burn's CubeCL backends (wgpu, CUDA; fused or not) with the CubeCL
+/// kernels, for Flex and NdArray with the portable default methods, and for `Autodiff<B>`
+/// and [`MixedPrecision<B>`] by handing the work to `B` (quantization is not differentiated
+/// here). A custom backend gets the portable path with `impl Fp8Backend for MyBackend {}`.
+pub trait Fp8Backend: Backend {
+    /// The amax of each block (f32, `[layout.num_blocks()]`). A block holding a NaN has a NaN
+    /// amax.
+    fn fp8_amax(tensor: FloatTensor<Self>, layout: BlockLayout) -> FloatTensor<Self> {
+        let device = Self::float_device(&tensor);
+        let values = host_f32::<Self>(tensor);
+        let mut blocks = vec![Vec::new(); layout.num_blocks() as usize];
+        for (i, v) in values.iter().enumerate() {
+            blocks[layout.block_of(i as u32) as usize].push(*v);
+        }
+        let amax: Vec<f32> = blocks
+            .iter()
+            .map(|b| f32::from_bits(amax_bits(b)))
+            .collect();
+        float_vec::<Self>(amax, &device)
+    }
+
+    /// `(scales, scale_invs)` per block from per-block amaxes, by `rule`.
+    fn fp8_scales(
+        amax: FloatTensor<Self>,
+        format: Fp8Format,
+        rule: ScaleRule,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let device = Self::float_device(&amax);
+        let scales: Vec<_> = host_f32::<Self>(amax)
+            .iter()
+            .map(|a| block_scale(a.to_bits(), format, rule))
+            .collect();
+        (
+            float_vec::<Self>(scales.iter().map(|s| s.scale).collect(), &device),
+            float_vec::<Self>(scales.iter().map(|s| s.scale_inv).collect(), &device),
+        )
+    }
+
+    /// Scales (by each element's block entry of `scales`) and quantizes `tensor`; returns
+    /// the packed codes (`u32`, `[ceil(len / 4)]`).
+    fn fp8_quantize(
+        tensor: FloatTensor<Self>,
+        scales: FloatTensor<Self>,
+        layout: BlockLayout,
+        cast: Fp8Cast,
+    ) -> IntTensor<Self> {
+        let device = Self::float_device(&tensor);
+        let values = host_f32::<Self>(tensor);
+        let scales = host_f32::<Self>(scales);
+        let mut words = vec![0u32; layout.len.div_ceil(4) as usize];
+        for (i, x) in values.iter().enumerate() {
+            let scale = scales[layout.block_of(i as u32) as usize];
+            let code = reference::encode_scaled(*x, scale, cast, i as u32);
+            words[i / 4] |= u32::from(code) << (8 * (i % 4));
+        }
+        let len = words.len();
+        Self::int_from_data(TensorData::new(words, [len]), &device)
+    }
+
+    /// Decodes packed `codes` and multiplies each value by its block's `scale_invs` entry;
+    /// returns `[layout.len]` values of `dtype`.
+    fn fp8_dequantize(
+        codes: IntTensor<Self>,
+        scale_invs: FloatTensor<Self>,
+        layout: BlockLayout,
+        format: Fp8Format,
+        dtype: FloatDType,
+    ) -> FloatTensor<Self> {
+        let device = Self::int_device(&codes);
+        let words = host_u32::<Self>(codes);
+        let scale_invs = host_f32::<Self>(scale_invs);
+        let values: Vec<f32> = (0..layout.len as usize)
+            .map(|i| {
+                let code = (words[i / 4] >> (8 * (i % 4))) as u8;
+                let scale_inv = scale_invs[layout.block_of(i as u32) as usize];
+                reference::decode_scaled(code, format, scale_inv)
+            })
+            .collect();
+        let out = float_vec::<Self>(values, &device);
+        if dtype == FloatDType::F32 {
+            out
+        } else {
+            Self::float_cast(out, dtype)
+        }
+    }
+}
+
+/// A float tensor's values on the host, as f32 (exact for f16 and bf16).
+pub(crate) fn host_f32<B: Backend>(tensor: FloatTensor<B>) -> Vec<f32> {
+    let data = read_sync(B::float_into_data(tensor)).expect("the tensor can be read back");
+    data.convert::<f32>().to_vec::<f32>().expect("f32 data")
+}
+
+/// An int tensor's values on the host, as u32.
+pub(crate) fn host_u32<B: Backend>(tensor: IntTensor<B>) -> Vec<u32> {
+    let data = read_sync(B::int_into_data(tensor)).expect("the tensor can be read back");
+    data.convert::<u32>().to_vec::<u32>().expect("u32 data")
+}
+
+fn float_vec<B: Backend>(values: Vec<f32>, device: &B::Device) -> FloatTensor<B> {
+    let len = values.len();
+    B::float_from_data(TensorData::new(values, [len]), device)
+}
+
+impl<B: Fp8Backend> Fp8Backend for MixedPrecision<B> {
+    fn fp8_amax(tensor: FloatTensor<Self>, layout: BlockLayout) -> FloatTensor<Self> {
+        B::fp8_amax(tensor, layout)
+    }
+
+    fn fp8_scales(
+        amax: FloatTensor<Self>,
+        format: Fp8Format,
+        rule: ScaleRule,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        B::fp8_scales(amax, format, rule)
+    }
+
+    fn fp8_quantize(
+        tensor: FloatTensor<Self>,
+        scales: FloatTensor<Self>,
+        layout: BlockLayout,
+        cast: Fp8Cast,
+    ) -> IntTensor<Self> {
+        B::fp8_quantize(tensor, scales, layout, cast)
+    }
+
+    fn fp8_dequantize(
+        codes: IntTensor<Self>,
+        scale_invs: FloatTensor<Self>,
+        layout: BlockLayout,
+        format: Fp8Format,
+        dtype: FloatDType,
+    ) -> FloatTensor<Self> {
+        B::fp8_dequantize(codes, scale_invs, layout, format, dtype)
+    }
+}

@@ -1,0 +1,132 @@
+//! `Fp8Backend` for Burn's CubeCL backends (wgpu, CUDA, ...): the CubeCL kernels of
+//! `burn-amp-kernels`, launched on the tensors' buffers.
+
+use burn_amp_kernels::fp8::launch::{self, BlockLayout};
+use burn_amp_kernels::fp8::scale::ScaleRule;
+use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format};
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+use burn_tensor::{DType, FloatDType, Shape};
+use cubecl::prelude::{CubeElement, Float};
+
+use super::Fp8Backend;
+
+/// Runs `$body` with `$F` bound to the Rust type of the float dtype `$dtype`.
+macro_rules! with_float {
+    ($dtype:expr, $F:ident => $body:expr) => {
+        match $dtype {
+            DType::F32 | DType::Flex32 => {
+                type $F = f32;
+                $body
+            }
+            DType::F16 => {
+                type $F = half::f16;
+                $body
+            }
+            DType::BF16 => {
+                type $F = half::bf16;
+                $body
+            }
+            other => panic!("FP8 kernels take f32, f16 or bf16 tensors, not {other:?}"),
+        }
+    };
+}
+
+fn output<R: CubeRuntime>(
+    like: &CubeTensor<R>,
+    handle: cubecl::server::Handle,
+    len: usize,
+    dtype: DType,
+) -> CubeTensor<R> {
+    CubeTensor::new_contiguous(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::new([len]),
+        handle,
+        dtype,
+    )
+}
+
+fn quantize_as<R: CubeRuntime, F: Float + CubeElement>(
+    tensor: CubeTensor<R>,
+    scales: CubeTensor<R>,
+    layout: BlockLayout,
+    cast: Fp8Cast,
+) -> CubeTensor<R> {
+    let codes = launch::quantize::<R, F>(
+        &tensor.client,
+        tensor.handle.clone(),
+        scales.handle.clone(),
+        layout,
+        cast,
+    );
+    output(
+        &tensor,
+        codes,
+        launch::packed_len(layout.len) as usize,
+        DType::U32,
+    )
+}
+
+impl<R, F, I, BT> Fp8Backend for CubeBackend<R, F, I, BT>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    fn fp8_amax(tensor: CubeTensor<R>, layout: BlockLayout) -> CubeTensor<R> {
+        let tensor = into_contiguous(tensor);
+        let handle = with_float!(tensor.dtype, E => {
+            launch::amax::<R, E>(&tensor.client, tensor.handle.clone(), layout)
+        });
+        // The kernel writes f32 bits as u32: the same buffer, read as f32.
+        output(&tensor, handle, layout.num_blocks() as usize, DType::F32)
+    }
+
+    fn fp8_scales(
+        amax: CubeTensor<R>,
+        format: Fp8Format,
+        rule: ScaleRule,
+    ) -> (CubeTensor<R>, CubeTensor<R>) {
+        let amax = into_contiguous(amax);
+        let blocks = amax.meta.shape().num_elements() as u32;
+        let (s, si) = launch::scales::<R>(&amax.client, amax.handle.clone(), blocks, format, rule);
+        (
+            output(&amax, s, blocks as usize, DType::F32),
+            output(&amax, si, blocks as usize, DType::F32),
+        )
+    }
+
+    fn fp8_quantize(
+        tensor: CubeTensor<R>,
+        scales: CubeTensor<R>,
+        layout: BlockLayout,
+        cast: Fp8Cast,
+    ) -> CubeTensor<R> {
+        let tensor = into_contiguous(tensor);
+        let scales = into_contiguous(scales);
+        with_float!(tensor.dtype, E => quantize_as::<R, E>(tensor, scales, layout, cast))
+    }
+
+    fn fp8_dequantize(
+        codes: CubeTensor<R>,
+        scale_invs: CubeTensor<R>,
+        layout: BlockLayout,
+        format: Fp8Format,
+        dtype: FloatDType,
+    ) -> CubeTensor<R> {
+        let codes = into_contiguous(codes);
+        let scale_invs = into_contiguous(scale_invs);
+        let dtype = DType::from(dtype);
+        let handle = with_float!(dtype, E => launch::dequantize::<R, E>(
+            &codes.client,
+            codes.handle.clone(),
+            scale_invs.handle.clone(),
+            layout,
+            format,
+        ));
+        output(&codes, handle, layout.len as usize, dtype)
+    }
+}

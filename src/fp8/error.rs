@@ -1,0 +1,21 @@
+//! What can go wrong when quantizing to FP8.
+
+use burn_tensor::DType;
+
+/// Why a tensor could not be quantized, or a recipe built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Fp8Error {
+    /// FP8 kernels index with 32 bits.
+    #[error("tensor has {0} elements; FP8 quantization handles at most 2^32 - 1")]
+    TooLarge(usize),
+    /// Only f32, f16 and bf16 tensors are quantized.
+    #[error("cannot quantize a {0:?} tensor to FP8: use f32, f16 or bf16")]
+    UnsupportedDType(DType),
+    /// A block dimension of zero.
+    #[error("invalid FP8 recipe: {0}")]
+    InvalidRecipe(String),
+    /// An exponent bias out of range.
+    #[error(transparent)]
+    InvalidBias(#[from] burn_amp_kernels::fp8::InvalidBias),
+}

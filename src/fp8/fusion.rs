@@ -1,0 +1,159 @@
+//! `Fp8Backend` for fused backends (`Fusion<B>`, what Burn's `Wgpu` and `Cuda` are with
+//! their default features): each FP8 operation is registered in the fusion stream as a
+//! custom operation that runs `B`'s implementation (the CubeCL kernels) on the resolved
+//! tensors, in stream order.
+
+use core::marker::PhantomData;
+
+use burn_amp_kernels::fp8::launch::BlockLayout;
+use burn_amp_kernels::fp8::scale::ScaleRule;
+use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format};
+use burn_fusion::stream::{Operation, OperationStreams};
+use burn_fusion::{Fusion, FusionBackend, FusionRuntime};
+use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorIr};
+use burn_tensor::ops::{FloatTensor, IntTensor};
+use burn_tensor::{DType, FloatDType, Shape};
+
+use super::Fp8Backend;
+
+type Handles<B> =
+    HandleContainer<<<B as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle>;
+
+/// Which FP8 operation a custom fused op runs, with its parameters.
+#[derive(Clone, Debug)]
+enum Fp8Op {
+    Amax(BlockLayout),
+    Scales(Fp8Format, ScaleRule),
+    Quantize(BlockLayout, Fp8Cast),
+    Dequantize(BlockLayout, Fp8Format, FloatDType),
+}
+
+#[derive(Clone, Debug)]
+struct Fp8Fused<B> {
+    desc: CustomOpIr,
+    op: Fp8Op,
+    _backend: PhantomData<B>,
+}
+
+impl<B: FusionBackend + Fp8Backend> Operation<B::FusionRuntime> for Fp8Fused<B> {
+    fn execute(&self, handles: &mut Handles<B>) {
+        match &self.op {
+            Fp8Op::Amax(layout) => {
+                let ([input], [out]) = self.desc.as_fixed();
+                let input = handles.get_float_tensor::<B>(input);
+                let amax = B::fp8_amax(input, *layout);
+                handles.register_float_tensor::<B>(&out.id, amax);
+            }
+            Fp8Op::Scales(format, rule) => {
+                let ([amax], [scales, scale_invs]) = self.desc.as_fixed();
+                let amax = handles.get_float_tensor::<B>(amax);
+                let (s, si) = B::fp8_scales(amax, *format, *rule);
+                handles.register_float_tensor::<B>(&scales.id, s);
+                handles.register_float_tensor::<B>(&scale_invs.id, si);
+            }
+            Fp8Op::Quantize(layout, cast) => {
+                let ([input, scales], [codes]) = self.desc.as_fixed();
+                let input = handles.get_float_tensor::<B>(input);
+                let scales = handles.get_float_tensor::<B>(scales);
+                let out = B::fp8_quantize(input, scales, *layout, *cast);
+                handles.register_int_tensor::<B>(&codes.id, out);
+            }
+            Fp8Op::Dequantize(layout, format, dtype) => {
+                let ([codes, scale_invs], [out]) = self.desc.as_fixed();
+                let codes = handles.get_int_tensor::<B>(codes);
+                let scale_invs = handles.get_float_tensor::<B>(scale_invs);
+                let values = B::fp8_dequantize(codes, scale_invs, *layout, *format, *dtype);
+                handles.register_float_tensor::<B>(&out.id, values);
+            }
+        }
+    }
+}
+
+/// Registers `op` on `inputs` with outputs of the given `(len, dtype)`.
+fn register<B: FusionBackend + Fp8Backend>(
+    name: &'static str,
+    op: Fp8Op,
+    inputs: Vec<burn_fusion::FusionTensor<B::FusionRuntime>>,
+    outputs: &[(usize, DType)],
+) -> Vec<burn_fusion::FusionTensor<B::FusionRuntime>> {
+    let client = inputs[0].client.clone();
+    let streams = OperationStreams::with_inputs(inputs.iter());
+    let outputs: Vec<TensorIr> = outputs
+        .iter()
+        .map(|(len, dtype)| {
+            TensorIr::uninit(client.create_empty_handle(), Shape::new([*len]), *dtype)
+        })
+        .collect();
+    let inputs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+    let desc = CustomOpIr::new(name, &inputs, &outputs);
+    client.register(
+        streams,
+        OperationIr::Custom(desc.clone()),
+        Fp8Fused::<B> {
+            desc,
+            op,
+            _backend: PhantomData,
+        },
+    )
+}
+
+impl<B: FusionBackend + Fp8Backend> Fp8Backend for Fusion<B> {
+    fn fp8_amax(tensor: FloatTensor<Self>, layout: BlockLayout) -> FloatTensor<Self> {
+        let blocks = layout.num_blocks() as usize;
+        register::<B>(
+            "fp8_amax",
+            Fp8Op::Amax(layout),
+            vec![tensor],
+            &[(blocks, DType::F32)],
+        )
+        .output()
+    }
+
+    fn fp8_scales(
+        amax: FloatTensor<Self>,
+        format: Fp8Format,
+        rule: ScaleRule,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let blocks = amax.shape.num_elements();
+        let [s, si] = register::<B>(
+            "fp8_scales",
+            Fp8Op::Scales(format, rule),
+            vec![amax],
+            &[(blocks, DType::F32), (blocks, DType::F32)],
+        )
+        .outputs();
+        (s, si)
+    }
+
+    fn fp8_quantize(
+        tensor: FloatTensor<Self>,
+        scales: FloatTensor<Self>,
+        layout: BlockLayout,
+        cast: Fp8Cast,
+    ) -> IntTensor<Self> {
+        let words = layout.len.div_ceil(4) as usize;
+        register::<B>(
+            "fp8_quantize",
+            Fp8Op::Quantize(layout, cast),
+            vec![tensor, scales],
+            &[(words, DType::U32)],
+        )
+        .output()
+    }
+
+    fn fp8_dequantize(
+        codes: IntTensor<Self>,
+        scale_invs: FloatTensor<Self>,
+        layout: BlockLayout,
+        format: Fp8Format,
+        dtype: FloatDType,
+    ) -> FloatTensor<Self> {
+        register::<B>(
+            "fp8_dequantize",
+            Fp8Op::Dequantize(layout, format, dtype),
+            vec![codes, scale_invs],
+            &[(layout.len as usize, dtype.into())],
+        )
+        .output()
+    }
+}

@@ -1,0 +1,28 @@
+//! FP8 tensors on any backend: [`Fp8Tensor::quantize`] with a scaling [`Fp8Recipe`],
+//! [`Fp8Tensor::dequantize`], and [`DelayedScaling`] for amax-history scaling.
+//!
+//! The formats, rounding and overflow rules are those of `burn_amp_kernels::fp8` (OCP E4M3
+//! and E5M2, any exponent bias in 0..=63, round-to-nearest-even or stochastic rounding,
+//! saturating or OCP non-saturating overflow). CubeCL backends (wgpu, CUDA) run the CubeCL
+//! kernels; other backends run the CPU reference; both give the same bytes.
+
+mod autodiff;
+mod backend;
+#[cfg(feature = "cubecl-backends")]
+mod cube;
+mod delayed;
+mod error;
+#[cfg(feature = "fusion")]
+mod fusion;
+mod portable;
+mod recipe;
+mod tensor;
+
+pub use backend::Fp8Backend;
+pub use burn_amp_kernels::fp8::launch::BlockLayout;
+pub use burn_amp_kernels::fp8::scale::ScaleRule;
+pub use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format, Fp8Layout, Overflow, Rounding};
+pub use delayed::{AmaxCompute, DelayedScaling, DelayedScalingItem};
+pub use error::Fp8Error;
+pub use recipe::Fp8Recipe;
+pub use tensor::Fp8Tensor;

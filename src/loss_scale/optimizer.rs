@@ -1,0 +1,255 @@
+//! `LossScaleOptimizer`: wraps any Burn optimizer, skips steps whose gradients overflowed,
+//! and moves the loss scale.
+
+use burn::module::AutodiffModule;
+use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{FloatDType, Tensor};
+
+use super::grads::{all_finite, unscale};
+use super::state::{self, LossScale, Pending};
+use super::{LossScaleConfig, LossScaleError, LossScaleOptimizerRecord};
+use crate::MixedPrecision;
+
+/// Wraps a Burn optimizer with loss scaling, for training under `mixed_float16`.
+///
+/// f16 gradients below 2^-24 flush to zero. The loss is multiplied by a large scale before
+/// the backward pass so that they do not, and the gradients are divided by it again, in
+/// f32, before the update. A step whose gradients hold an inf or NaN is skipped — the
+/// parameters and the inner optimizer's state are left untouched — and the scale is
+/// halved; after `growth_interval` finite steps in a row it is doubled.
+///
+/// **Automatic mode** ([`LossScaleOptimizer::new`], [`LossScaleConfig::init`]): nothing
+/// else changes in the training code. `loss.backward()` on a
+/// [`MixedPrecision`] backend multiplies the loss by the current scale, the gradients come
+/// out of `Gradients` already divided by it, and [`step`](Optimizer::step) checks them and
+/// moves the scale. This is what Burn's `Learner` needs, since its `TrainStep` calls
+/// `loss.backward()` itself. Under a policy that needs no scaling (`mixed_bfloat16`,
+/// `float32`) the backward pass is not scaled and `step` hands the gradients straight to
+/// the inner optimizer, without a check.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+/// use burn::tensor::Tensor;
+/// use burn_amp::{LossScaleOptimizer, MixedPrecision, Policy, with_policy};
+///
+/// type B = MixedPrecision<Autodiff<Flex>>;
+/// let device = Default::default();
+/// with_policy(Policy::mixed_float16(), || {
+///     let mut model: Linear<B> = LinearConfig::new(4, 2).init(&device);
+///     let mut optim = LossScaleOptimizer::new(AdamConfig::new().init());
+///
+///     let loss = model.forward(Tensor::ones([3, 4], &device)).sum();
+///     let grads = GradientsParams::from_grads(loss.backward(), &model); // true gradients
+///     model = optim.step(1e-3, model, grads);
+///     assert_eq!(optim.loss_scale(), 32768.0);
+///     assert_eq!((optim.total_steps(), optim.skipped_steps()), (1, 0));
+/// });
+/// ```
+///
+/// **Manual mode** ([`LossScaleConfig::init_manual`]), Keras' custom-loop style: the
+/// backward pass is left alone, [`scale_loss`](Self::scale_loss) scales the loss, and
+/// [`step`](Optimizer::step) divides the gradients by the scale (unless
+/// [`unscale_grads`](Self::unscale_grads) did so already, for clipping, say).
+///
+/// Automatic scaling uses the most recently created automatic `LossScaleOptimizer` that is
+/// still alive (clones share one scale). With several optimizers, use manual mode.
+#[derive(Clone)]
+pub struct LossScaleOptimizer<O> {
+    inner: O,
+    scale: LossScale,
+    manual: bool,
+    unscaled: bool,
+}
+
+impl<O> LossScaleOptimizer<O> {
+    /// Wraps `inner` with dynamic loss scaling (Keras' defaults), in automatic mode.
+    pub fn new(inner: O) -> Self {
+        Self::build(inner, LossScaleConfig::new(), false)
+    }
+
+    pub(super) fn build(inner: O, config: LossScaleConfig, manual: bool) -> Self {
+        let scale = LossScale::new(config);
+        if !manual {
+            state::install(&scale);
+        }
+        Self {
+            inner,
+            scale,
+            manual,
+            unscaled: false,
+        }
+    }
+
+    /// The current loss scale.
+    pub fn loss_scale(&self) -> f32 {
+        self.scale.scale()
+    }
+
+    /// Steps skipped so far because their gradients were not finite.
+    pub fn skipped_steps(&self) -> u64 {
+        self.scale.skipped_steps()
+    }
+
+    /// Steps taken or skipped so far.
+    pub fn total_steps(&self) -> u64 {
+        self.scale.total_steps()
+    }
+
+    /// A handle on the scale and its counters, e.g. for [`LossScaleMetric`](crate::LossScaleMetric).
+    pub fn handle(&self) -> LossScale {
+        self.scale.clone()
+    }
+
+    /// The wrapped optimizer.
+    pub fn inner(&self) -> &O {
+        &self.inner
+    }
+
+    /// Whether this optimizer is in manual mode.
+    pub fn is_manual(&self) -> bool {
+        self.manual
+    }
+
+    /// Multiplies `loss` by the current scale, in f32 (Keras' `scale_loss`). In automatic
+    /// mode the backward pass scales the loss itself, so the loss is returned as it is.
+    pub fn scale_loss<B: Backend, const D: usize>(&self, loss: Tensor<B, D>) -> Tensor<B, D> {
+        if !self.manual {
+            return loss;
+        }
+        let loss = match FloatDType::from(loss.dtype()) {
+            FloatDType::F16 | FloatDType::BF16 => loss.cast(FloatDType::F32),
+            _ => loss,
+        };
+        loss.mul_scalar(self.scale.scale())
+    }
+
+    /// Divides the gradients by the current scale (Keras' `get_unscaled_gradients`), so
+    /// they can be clipped or inspected before [`step`](Optimizer::step), which then does
+    /// not divide them again. In automatic mode gradients are already unscaled, and are
+    /// returned as they are.
+    pub fn unscale_grads<B: AutodiffBackend, M: AutodiffModule<B>>(
+        &mut self,
+        grads: GradientsParams,
+        module: &M,
+    ) -> GradientsParams {
+        if !self.manual || self.unscaled {
+            return grads;
+        }
+        self.unscaled = true;
+        unscale::<B, M>(grads, module, self.scale.scale())
+    }
+
+    /// Checks the step's gradients and moves the scale; `true` when the step may proceed.
+    fn admit(&mut self, finite: impl FnOnce() -> bool) -> bool {
+        self.unscaled = false;
+        let pending = if self.manual {
+            Pending::Scaled
+        } else {
+            self.scale.take_pending()
+        };
+        let config = &self.scale.shared.config;
+        if pending == Pending::NotNeeded {
+            self.scale.lock().total_steps += 1;
+            return true;
+        }
+        let finite = finite();
+        let mut state = self.scale.lock();
+        let at_floor = state.scale <= config.min_scale;
+        state.update(finite, config);
+        if !finite && at_floor {
+            log::warn!(
+                "burn-amp: gradients are not finite at the minimum loss scale {} \
+                 ({} steps skipped so far): the model itself produces inf or NaN",
+                config.min_scale,
+                state.skipped_steps
+            );
+        }
+        finite
+    }
+}
+
+impl<O, M, B> Optimizer<M, MixedPrecision<B>> for LossScaleOptimizer<O>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<MixedPrecision<B>>,
+    O: Optimizer<M, MixedPrecision<B>>,
+{
+    type Record = LossScaleOptimizerRecord<O::Record>;
+
+    fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
+        let grads = self.unscale_grads::<MixedPrecision<B>, M>(grads, &module);
+        if self.admit(|| all_finite::<MixedPrecision<B>, M>(&grads, &module)) {
+            self.inner.step(lr, module, grads)
+        } else {
+            module
+        }
+    }
+
+    fn step_multi(&mut self, lr: LearningRate, module: M, grads: MultiGradientsParams) -> M {
+        let mut grads = grads;
+        if self.manual && !self.unscaled {
+            let scale = self.scale.scale();
+            for (g, _) in grads.grads.iter_mut() {
+                *g = unscale::<MixedPrecision<B>, M>(core::mem::take(g), &module, scale);
+            }
+        }
+        let finite = || {
+            grads
+                .grads
+                .iter()
+                .all(|(g, _)| all_finite::<MixedPrecision<B>, M>(g, &module))
+        };
+        if self.admit(finite) {
+            self.inner.step_multi(lr, module, grads)
+        } else {
+            module
+        }
+    }
+
+    fn to_record(&self) -> Self::Record {
+        let state = *self.scale.lock();
+        LossScaleOptimizerRecord {
+            inner: self.inner.to_record(),
+            scale: state.scale,
+            good_steps: state.good_steps,
+            skipped_steps: state.skipped_steps,
+            total_steps: state.total_steps,
+        }
+    }
+
+    fn load_record(mut self, record: Self::Record) -> Self {
+        self.inner = self.inner.load_record(record.inner);
+        let mut state = self.scale.lock();
+        state.scale = record.scale;
+        state.good_steps = record.good_steps;
+        state.skipped_steps = record.skipped_steps;
+        state.total_steps = record.total_steps;
+        state.pending = Pending::None;
+        drop(state);
+        self
+    }
+}
+
+impl LossScaleConfig {
+    /// Wraps `inner` with these settings, in automatic mode (see [`LossScaleOptimizer`]).
+    ///
+    /// # Errors
+    /// [`LossScaleError::InvalidConfig`] when a number is out of range.
+    pub fn init<O>(self, inner: O) -> Result<LossScaleOptimizer<O>, LossScaleError> {
+        self.validate()?;
+        Ok(LossScaleOptimizer::build(inner, self, false))
+    }
+
+    /// Wraps `inner` with these settings, in manual mode: call
+    /// [`scale_loss`](LossScaleOptimizer::scale_loss) before `backward`.
+    ///
+    /// # Errors
+    /// [`LossScaleError::InvalidConfig`] when a number is out of range.
+    pub fn init_manual<O>(self, inner: O) -> Result<LossScaleOptimizer<O>, LossScaleError> {
+        self.validate()?;
+        Ok(LossScaleOptimizer::build(inner, self, true))
+    }
+}

@@ -1,0 +1,188 @@
+//! The loss scale's state, its update rule, and the process-wide slot through which the
+//! decorator's `backward` finds the scale to apply.
+
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use super::LossScaleConfig;
+
+/// What backward passes did since the last optimizer step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub(crate) enum Pending {
+    /// No backward pass went through this scale.
+    #[default]
+    None,
+    /// A backward pass multiplied its loss by the scale.
+    Scaled,
+    /// A backward pass ran under a policy that needs no scaling (bf16, f32).
+    NotNeeded,
+}
+
+/// The numbers that move: the scale and its counters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct ScaleState {
+    pub scale: f32,
+    /// Finite steps in a row since the scale last changed or overflowed.
+    pub good_steps: u64,
+    pub skipped_steps: u64,
+    pub total_steps: u64,
+    pub pending: Pending,
+}
+
+impl ScaleState {
+    pub fn new(config: &LossScaleConfig) -> Self {
+        Self {
+            scale: config.initial_scale,
+            good_steps: 0,
+            skipped_steps: 0,
+            total_steps: 0,
+            pending: Pending::None,
+        }
+    }
+
+    /// One optimizer step: `finite` says whether all gradients were finite.
+    pub fn update(&mut self, finite: bool, config: &LossScaleConfig) {
+        self.total_steps += 1;
+        if finite {
+            if config.dynamic {
+                self.good_steps += 1;
+                if self.good_steps >= config.growth_interval {
+                    self.scale = (self.scale * config.growth_factor).min(config.max_scale);
+                    self.good_steps = 0;
+                }
+            }
+        } else {
+            self.skipped_steps += 1;
+            self.good_steps = 0;
+            if config.dynamic {
+                self.scale = (self.scale * config.backoff_factor).max(config.min_scale);
+            }
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    pub config: LossScaleConfig,
+    pub state: Mutex<ScaleState>,
+}
+
+/// A handle on a [`LossScaleOptimizer`](super::LossScaleOptimizer)'s scale and counters,
+/// shared with it (for metrics, logging, or a look from another thread).
+#[derive(Clone)]
+pub struct LossScale {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl core::fmt::Debug for LossScale {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let state = *self.lock();
+        f.debug_struct("LossScale")
+            .field("scale", &state.scale)
+            .field("good_steps", &state.good_steps)
+            .field("skipped_steps", &state.skipped_steps)
+            .field("total_steps", &state.total_steps)
+            .finish()
+    }
+}
+
+impl LossScale {
+    pub(crate) fn new(config: LossScaleConfig) -> Self {
+        let state = Mutex::new(ScaleState::new(&config));
+        Self {
+            shared: Arc::new(Shared { config, state }),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, ScaleState> {
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The current scale (what the next backward pass multiplies the loss by).
+    pub fn scale(&self) -> f32 {
+        self.lock().scale
+    }
+
+    /// Steps skipped because their gradients were not finite.
+    pub fn skipped_steps(&self) -> u64 {
+        self.lock().skipped_steps
+    }
+
+    /// Steps taken or skipped so far.
+    pub fn total_steps(&self) -> u64 {
+        self.lock().total_steps
+    }
+
+    /// Finite steps in a row since the scale last changed or overflowed.
+    pub fn good_steps(&self) -> u64 {
+        self.lock().good_steps
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &LossScaleConfig {
+        &self.shared.config
+    }
+
+    /// Called by the decorator's backward: the factor to multiply the loss by.
+    pub(crate) fn begin_backward(&self, needed: bool) -> f32 {
+        let mut state = self.lock();
+        if needed {
+            state.pending = Pending::Scaled;
+            state.scale
+        } else {
+            if state.pending == Pending::None {
+                state.pending = Pending::NotNeeded;
+            }
+            1.0
+        }
+    }
+
+    pub(crate) fn take_pending(&self) -> Pending {
+        core::mem::take(&mut self.lock().pending)
+    }
+}
+
+/// The scale automatic loss scaling uses: the most recently created automatic
+/// `LossScaleOptimizer` still alive.
+static ACTIVE: Mutex<Weak<Shared>> = Mutex::new(Weak::new());
+
+pub(crate) fn install(scale: &LossScale) {
+    *ACTIVE.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&scale.shared);
+}
+
+pub(crate) fn active() -> Option<LossScale> {
+    let shared = ACTIVE.lock().unwrap_or_else(|e| e.into_inner()).upgrade()?;
+    Some(LossScale { shared })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grows_after_exactly_the_interval_and_halves_on_overflow() {
+        let config = LossScaleConfig::new().with_growth_interval(3);
+        let mut state = ScaleState::new(&config);
+        for _ in 0..2 {
+            state.update(true, &config);
+        }
+        assert_eq!(state.scale, 32768.0);
+        state.update(true, &config);
+        assert_eq!(state.scale, 65536.0);
+        state.update(false, &config);
+        assert_eq!(state.scale, 32768.0);
+        assert_eq!(
+            (state.skipped_steps, state.total_steps, state.good_steps),
+            (1, 4, 0)
+        );
+    }
+
+    #[test]
+    fn fixed_scale_never_moves_but_still_counts_skips() {
+        let config = LossScaleConfig::fixed(128.0);
+        let mut state = ScaleState::new(&config);
+        for i in 0..5000 {
+            state.update(i % 7 != 0, &config);
+        }
+        assert_eq!(state.scale, 128.0);
+        assert_eq!(state.skipped_steps, 715);
+    }
+}
