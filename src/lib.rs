@@ -24,10 +24,13 @@
 //! - [`Policy`], [`set_global_policy`], [`with_policy`]: which dtypes ops run in.
 //! - [`LossScaleOptimizer`]: loss scaling for `mixed_float16`, around any Burn optimizer.
 //! - [`fp8`]: FP8 (E4M3, E5M2) tensors with per-tensor, per-block and MX scaling.
+//! - [`accum`]: blocked (chunk-based) accumulation and the block-scaled FP8 matmul.
 #![warn(missing_docs)]
 
+pub mod accum;
 mod backend;
 pub mod fp8;
+mod kernels;
 pub mod loss_scale;
 pub mod policy;
 

@@ -62,7 +62,10 @@ pub fn train<B: AutodiffBackend>(
             loss,
             train_accuracy: correct as f64 / seen as f64,
             test_accuracy: accuracy,
-            loss_scale: optim.loss_scale(),
+            loss_scale: options
+                .policy
+                .needs_loss_scaling()
+                .then(|| optim.loss_scale()),
             skipped: optim.skipped_steps(),
             seconds: start.elapsed().as_secs_f64(),
         }

@@ -43,7 +43,10 @@ pub fn train<B: AutodiffBackend>(
     let model = KerasMlp::<M<B>>::new(device);
     let optim = LossScaleOptimizer::new(AdamConfig::new().init::<M<B>, KerasMlp<M<B>>>());
     let handle = optim.handle();
-    let renderer = EpochRenderer::new(handle.clone(), options.epochs);
+    let renderer = EpochRenderer::new(
+        options.policy.needs_loss_scaling().then(|| handle.clone()),
+        options.epochs,
+    );
 
     let result = SupervisedTraining::new(&dir, train_loader, valid_loader)
         .metrics((AccuracyMetric::new(), LossMetric::new()))
@@ -87,7 +90,7 @@ impl Means {
 /// Prints one line per epoch (after its validation pass) and progress in between.
 struct EpochRenderer {
     names: HashMap<MetricId, String>,
-    handle: LossScale,
+    handle: Option<LossScale>,
     epochs: usize,
     train: Means,
     valid: Means,
@@ -97,7 +100,7 @@ struct EpochRenderer {
 }
 
 impl EpochRenderer {
-    fn new(handle: LossScale, epochs: usize) -> Self {
+    fn new(handle: Option<LossScale>, epochs: usize) -> Self {
         Self {
             names: HashMap::new(),
             handle,
@@ -157,8 +160,8 @@ impl MetricsRendererTraining for EpochRenderer {
             loss: self.train.mean("Loss"),
             train_accuracy: self.train.mean("Accuracy") / 100.0,
             test_accuracy: self.valid.mean("Accuracy") / 100.0,
-            loss_scale: self.handle.scale(),
-            skipped: self.handle.skipped_steps(),
+            loss_scale: self.handle.as_ref().map(|h| h.scale()),
+            skipped: self.handle.as_ref().map_or(0, |h| h.skipped_steps()),
             seconds: self.start.elapsed().as_secs_f64(),
         }
         .print();

@@ -25,6 +25,7 @@ use run::{Mode, Options};
 const USAGE: &str = "\
 usage: mnist [--policy NAME] [--backend flex|wgpu|cuda|ndarray] [--epochs N]
              [--batch-size N] [--lr X] [--seed N] [--learner | --custom-loop] [--data DIR]
+             [--train-size N]
 
   --policy      a dtype policy: float32, mixed_float16 (default), mixed_bfloat16, ...
   --backend     flex (default; CPU), wgpu, cuda (needs --features cuda), ndarray
@@ -32,7 +33,8 @@ usage: mnist [--policy NAME] [--backend flex|wgpu|cuda|ndarray] [--epochs N]
   --batch-size  default 128
   --lr          Adam's learning rate (default 1e-3)
   --learner     train with burn-train's Learner; --custom-loop (default) with a plain loop
-  --data        the directory holding the IDX files (default examples/data/mnist-10k)";
+  --data        the directory holding the IDX files (default examples/data/mnist-10k)
+  --train-size  train on the first N of the 8,000 training digits (for quick timings)";
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum BackendKind {
@@ -76,14 +78,15 @@ fn parse(args: impl Iterator<Item = String>) -> Result<(Options, BackendKind), S
             "--lr" => options.lr = number("--lr", value("--lr")?)?,
             "--seed" => options.seed = number("--seed", value("--seed")?)?,
             "--data" => options.data = PathBuf::from(value("--data")?),
+            "--train-size" => options.train_size = number("--train-size", value("--train-size")?)?,
             "--learner" => options.mode = Mode::Learner,
             "--custom-loop" => options.mode = Mode::CustomLoop,
             "--help" | "-h" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    if options.epochs == 0 || options.batch_size == 0 {
-        return Err("--epochs and --batch-size must be at least 1".into());
+    if options.epochs == 0 || options.batch_size == 0 || options.train_size == 0 {
+        return Err("--epochs, --batch-size and --train-size must be at least 1".into());
     }
     if !(options.lr.is_finite() && options.lr > 0.0) {
         return Err("--lr must be a positive number".into());

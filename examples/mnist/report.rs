@@ -8,7 +8,8 @@ pub struct EpochLine {
     pub loss: f64,
     pub train_accuracy: f64,
     pub test_accuracy: f64,
-    pub loss_scale: f32,
+    /// `None` under policies that need no loss scaling.
+    pub loss_scale: Option<f32>,
     pub skipped: u64,
     pub seconds: f64,
 }
@@ -23,7 +24,7 @@ impl EpochLine {
             self.loss,
             self.train_accuracy,
             self.test_accuracy,
-            self.loss_scale,
+            self.loss_scale.map_or("-".to_string(), |s| s.to_string()),
             self.skipped,
             self.seconds
         );

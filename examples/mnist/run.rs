@@ -26,6 +26,8 @@ pub struct Options {
     pub seed: u64,
     pub mode: Mode,
     pub data: PathBuf,
+    /// Train on the first this many of the 8,000 training digits (for quick measurements).
+    pub train_size: usize,
 }
 
 impl Default for Options {
@@ -38,6 +40,7 @@ impl Default for Options {
             seed: 42,
             mode: Mode::CustomLoop,
             data: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/data/mnist-10k"),
+            train_size: TRAIN,
         }
     }
 }
@@ -63,6 +66,7 @@ pub fn run<B: AutodiffBackend>(device: B::Device, options: &Options) -> Result<f
     <MixedPrecision<B> as Backend>::seed(&device, options.seed);
     let digits = data::load(&options.data)?;
     let (train, test) = digits.split_at(TRAIN.min(digits.len()));
+    let train = &train[..options.train_size.min(train.len())];
     println!(
         "burn-amp mnist: policy {}  backend {}  mode {:?}  epochs {}  batch {}  train {}  test {}",
         options.policy,

@@ -344,3 +344,17 @@ fn scaled_quantization_matches_the_reference_for_every_recipe() {
         }
     }
 }
+
+/// A launch over more than 65535 cubes of 256 units (WebGPU's per-axis dispatch limit) is
+/// spread over two axes, and every unit of the spread grid lands on the right element.
+#[test]
+fn launches_past_the_per_axis_dispatch_limit_cover_every_element() {
+    let client = client();
+    let words: u32 = 65_535 * 256 + 1_000;
+    let input: Vec<u32> = (0..words).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+    let handle = client.create_from_slice(u32::as_bytes(&input));
+    let output = read_u32(&client, launch::copy::<R>(&client, handle, words));
+    assert_eq!(output.len(), input.len());
+    let wrong = (0..input.len()).filter(|&i| output[i] != input[i]).count();
+    assert_eq!(wrong, 0, "{wrong} of {words} words copied wrong");
+}

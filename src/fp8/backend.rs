@@ -10,8 +10,6 @@ use burn_tensor::backend::Backend;
 use burn_tensor::ops::{FloatTensor, IntTensor};
 use burn_tensor::{FloatDType, TensorData, read_sync};
 
-use crate::MixedPrecision;
-
 /// A backend that can quantize to and from FP8.
 ///
 /// Codes are packed four to a `u32` (value `4k + j` in bits `8j..8j+8` of word `k`), which is
@@ -21,7 +19,7 @@ use crate::MixedPrecision;
 ///
 /// Implemented for Burn's CubeCL backends (wgpu, CUDA; fused or not) with the CubeCL
 /// kernels, for Flex and NdArray with the portable default methods, and for `Autodiff<B>`
-/// and [`MixedPrecision<B>`] by handing the work to `B` (quantization is not differentiated
+/// and [`MixedPrecision<B>`](crate::MixedPrecision) by handing the work to `B` (quantization is not differentiated
 /// here). A custom backend gets the portable path with `impl Fp8Backend for MyBackend {}`.
 pub trait Fp8Backend: Backend {
     /// The amax of each block (f32, `[layout.num_blocks()]`). A block holding a NaN has a NaN
@@ -118,40 +116,7 @@ pub(crate) fn host_u32<B: Backend>(tensor: IntTensor<B>) -> Vec<u32> {
     data.convert::<u32>().to_vec::<u32>().expect("u32 data")
 }
 
-fn float_vec<B: Backend>(values: Vec<f32>, device: &B::Device) -> FloatTensor<B> {
+pub(crate) fn float_vec<B: Backend>(values: Vec<f32>, device: &B::Device) -> FloatTensor<B> {
     let len = values.len();
     B::float_from_data(TensorData::new(values, [len]), device)
-}
-
-impl<B: Fp8Backend> Fp8Backend for MixedPrecision<B> {
-    fn fp8_amax(tensor: FloatTensor<Self>, layout: BlockLayout) -> FloatTensor<Self> {
-        B::fp8_amax(tensor, layout)
-    }
-
-    fn fp8_scales(
-        amax: FloatTensor<Self>,
-        format: Fp8Format,
-        rule: ScaleRule,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        B::fp8_scales(amax, format, rule)
-    }
-
-    fn fp8_quantize(
-        tensor: FloatTensor<Self>,
-        scales: FloatTensor<Self>,
-        layout: BlockLayout,
-        cast: Fp8Cast,
-    ) -> IntTensor<Self> {
-        B::fp8_quantize(tensor, scales, layout, cast)
-    }
-
-    fn fp8_dequantize(
-        codes: IntTensor<Self>,
-        scale_invs: FloatTensor<Self>,
-        layout: BlockLayout,
-        format: Fp8Format,
-        dtype: FloatDType,
-    ) -> FloatTensor<Self> {
-        B::fp8_dequantize(codes, scale_invs, layout, format, dtype)
-    }
 }

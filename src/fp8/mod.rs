@@ -6,15 +6,9 @@
 //! saturating or OCP non-saturating overflow). CubeCL backends (wgpu, CUDA) run the CubeCL
 //! kernels; other backends run the CPU reference; both give the same bytes.
 
-mod autodiff;
-mod backend;
-#[cfg(feature = "cubecl-backends")]
-mod cube;
+pub(crate) mod backend;
 mod delayed;
 mod error;
-#[cfg(feature = "fusion")]
-mod fusion;
-mod portable;
 mod recipe;
 mod tensor;
 

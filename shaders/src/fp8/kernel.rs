@@ -388,3 +388,14 @@ pub fn amax_kernel<F: Float>(
     }
     amax[block as usize].fetch_max(best);
 }
+
+/// Copies `input` to `output`, one `u32` per unit: the bandwidth yardstick the benchmarks
+/// hold the FP8 kernels against.
+#[cube(launch_unchecked)]
+pub fn copy_kernel(input: &Array<u32>, output: &mut Array<u32>) {
+    let k = ABSOLUTE_POS;
+    if k >= output.len() {
+        terminate!();
+    }
+    output[k] = input[k];
+}

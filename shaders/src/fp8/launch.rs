@@ -7,8 +7,8 @@ use cubecl::server::Handle;
 use super::format::{Fp8Cast, Fp8Format, Overflow, Rounding};
 use super::kernel;
 use super::scale::ScaleRule;
+use crate::grid;
 
-const UNITS_PER_CUBE: u32 = 256;
 /// Elements one unit of the amax kernel folds.
 const AMAX_CHUNK: u32 = 64;
 
@@ -75,14 +75,6 @@ pub fn packed_len(len: u32) -> u32 {
     len.div_ceil(4)
 }
 
-fn cubes(units: u32) -> (CubeCount, CubeDim) {
-    let cubes = units.div_ceil(UNITS_PER_CUBE).max(1);
-    (
-        CubeCount::Static(cubes, 1, 1),
-        CubeDim::new_1d(UNITS_PER_CUBE),
-    )
-}
-
 /// Quantizes `input` (`layout.len` values of `F`) with per-block `scales` (f32, one per
 /// block); returns the packed codes (`ceil(len / 4)` u32).
 pub fn quantize<R: Runtime, F: Float + CubeElement>(
@@ -94,7 +86,7 @@ pub fn quantize<R: Runtime, F: Float + CubeElement>(
 ) -> Handle {
     let words = packed_len(layout.len);
     let output = client.empty(words.max(1) as usize * 4);
-    let (count, dim) = cubes(words);
+    let (count, dim) = grid::elementwise(client, words);
     let (stochastic, seed) = match cast.rounding {
         Rounding::NearestEven => (false, 0),
         Rounding::Stochastic { seed } => (true, seed),
@@ -134,7 +126,7 @@ pub fn dequantize<R: Runtime, F: Float + CubeElement>(
 ) -> Handle {
     let words = packed_len(layout.len);
     let output = client.empty(layout.len.max(1) as usize * size_of::<F>());
-    let (count, dim) = cubes(words);
+    let (count, dim) = grid::elementwise(client, words);
     unsafe {
         kernel::dequantize_kernel::launch_unchecked::<F, R>(
             client,
@@ -167,7 +159,7 @@ pub fn amax<R: Runtime, F: Float + CubeElement>(
     if units == 0 {
         return output;
     }
-    let (count, dim) = cubes(units);
+    let (count, dim) = grid::elementwise(client, units);
     unsafe {
         kernel::amax_kernel::launch_unchecked::<F, R>(
             client,
@@ -196,7 +188,7 @@ pub fn scales<R: Runtime>(
 ) -> (Handle, Handle) {
     let bytes = num_blocks.max(1) as usize * 4;
     let (scales, scale_invs) = (client.empty(bytes), client.empty(bytes));
-    let (count, dim) = cubes(num_blocks);
+    let (count, dim) = grid::elementwise(client, num_blocks);
     unsafe {
         kernel::scales_kernel::launch_unchecked::<R>(
             client,
@@ -211,4 +203,20 @@ pub fn scales<R: Runtime>(
         );
     }
     (scales, scale_invs)
+}
+
+/// Copies `words` u32 from `input` to a new buffer (a plain device copy, for comparison).
+pub fn copy<R: Runtime>(client: &ComputeClient<R>, input: Handle, words: u32) -> Handle {
+    let output = client.empty(words.max(1) as usize * 4);
+    let (count, dim) = grid::elementwise(client, words);
+    unsafe {
+        kernel::copy_kernel::launch_unchecked::<R>(
+            client,
+            count,
+            dim,
+            ArrayArg::from_raw_parts(input, words as usize),
+            ArrayArg::from_raw_parts(output.clone(), words as usize),
+        );
+    }
+    output
 }

@@ -13,3 +13,4 @@ pub mod reference;
 pub mod scale;
 
 pub use format::{Fp8Cast, Fp8Format, Fp8Layout, InvalidBias, Overflow, Rounding};
+pub use scale::ScaleRule;

@@ -65,6 +65,11 @@ pub(crate) fn shift_round(value: u32, shift: u32, rounding: Rounding, index: u32
     }
 }
 
+/// [`shift_round`], for the accumulation reference.
+pub(crate) fn shift_round_pub(value: u32, shift: u32, rounding: Rounding, index: u32) -> u32 {
+    shift_round(value, shift, rounding, index)
+}
+
 /// Converts one f32 to an FP8 code. `index` is the element's position, used only by
 /// stochastic rounding.
 ///

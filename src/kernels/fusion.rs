@@ -1,7 +1,7 @@
-//! `Fp8Backend` for fused backends (`Fusion<B>`, what Burn's `Wgpu` and `Cuda` are with
-//! their default features): each FP8 operation is registered in the fusion stream as a
-//! custom operation that runs `B`'s implementation (the CubeCL kernels) on the resolved
-//! tensors, in stream order.
+//! The kernel traits for fused backends (`Fusion<B>`, what Burn's `Wgpu` and `Cuda` are with
+//! their default features): each operation is registered in the fusion stream as a custom
+//! operation that runs `B`'s implementation (the CubeCL kernels) on the resolved tensors,
+//! in stream order.
 
 use core::marker::PhantomData;
 
@@ -14,18 +14,25 @@ use burn_ir::{CustomOpIr, HandleContainer, OperationIr, OperationOutput, TensorI
 use burn_tensor::ops::{FloatTensor, IntTensor};
 use burn_tensor::{DType, FloatDType, Shape};
 
-use super::Fp8Backend;
+use burn_amp_kernels::accum::{AccumConfig, Fp8MatmulConfig};
+
+use crate::accum::AccumBackend;
+use crate::fp8::Fp8Backend;
 
 type Handles<B> =
     HandleContainer<<<B as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle>;
 
-/// Which FP8 operation a custom fused op runs, with its parameters.
+/// Which operation a custom fused op runs, with its parameters.
 #[derive(Clone, Debug)]
 enum Fp8Op {
     Amax(BlockLayout),
     Scales(Fp8Format, ScaleRule),
     Quantize(BlockLayout, Fp8Cast),
     Dequantize(BlockLayout, Fp8Format, FloatDType),
+    RowSums(u32, u32, AccumConfig),
+    Dot(u32, AccumConfig),
+    Matmul((u32, u32, u32), AccumConfig),
+    Fp8Matmul((u32, u32, u32), Fp8Format, Fp8MatmulConfig),
 }
 
 #[derive(Clone, Debug)]
@@ -35,7 +42,7 @@ struct Fp8Fused<B> {
     _backend: PhantomData<B>,
 }
 
-impl<B: FusionBackend + Fp8Backend> Operation<B::FusionRuntime> for Fp8Fused<B> {
+impl<B: FusionBackend + Fp8Backend + AccumBackend> Operation<B::FusionRuntime> for Fp8Fused<B> {
     fn execute(&self, handles: &mut Handles<B>) {
         match &self.op {
             Fp8Op::Amax(layout) => {
@@ -65,12 +72,41 @@ impl<B: FusionBackend + Fp8Backend> Operation<B::FusionRuntime> for Fp8Fused<B> 
                 let values = B::fp8_dequantize(codes, scale_invs, *layout, *format, *dtype);
                 handles.register_float_tensor::<B>(&out.id, values);
             }
+            Fp8Op::RowSums(rows, cols, config) => {
+                let ([input], [out]) = self.desc.as_fixed();
+                let input = handles.get_float_tensor::<B>(input);
+                let sums = B::blocked_row_sums(input, None, *rows, *cols, *config);
+                handles.register_float_tensor::<B>(&out.id, sums);
+            }
+            Fp8Op::Dot(cols, config) => {
+                let ([x, y], [out]) = self.desc.as_fixed();
+                let x = handles.get_float_tensor::<B>(x);
+                let y = handles.get_float_tensor::<B>(y);
+                let sums = B::blocked_row_sums(x, Some(y), 1, *cols, *config);
+                handles.register_float_tensor::<B>(&out.id, sums);
+            }
+            Fp8Op::Matmul(dims, config) => {
+                let ([a, b], [out]) = self.desc.as_fixed();
+                let a = handles.get_float_tensor::<B>(a);
+                let b = handles.get_float_tensor::<B>(b);
+                handles
+                    .register_float_tensor::<B>(&out.id, B::blocked_matmul(a, b, *dims, *config));
+            }
+            Fp8Op::Fp8Matmul(dims, format, config) => {
+                let ([ac, asi, bc, bsi], [out]) = self.desc.as_fixed();
+                let ac = handles.get_int_tensor::<B>(ac);
+                let asi = handles.get_float_tensor::<B>(asi);
+                let bc = handles.get_int_tensor::<B>(bc);
+                let bsi = handles.get_float_tensor::<B>(bsi);
+                let result = B::fp8_block_matmul(ac, asi, bc, bsi, *dims, *format, *config);
+                handles.register_float_tensor::<B>(&out.id, result);
+            }
         }
     }
 }
 
 /// Registers `op` on `inputs` with outputs of the given `(len, dtype)`.
-fn register<B: FusionBackend + Fp8Backend>(
+fn register<B: FusionBackend + Fp8Backend + AccumBackend>(
     name: &'static str,
     op: Fp8Op,
     inputs: Vec<burn_fusion::FusionTensor<B::FusionRuntime>>,
@@ -97,7 +133,7 @@ fn register<B: FusionBackend + Fp8Backend>(
     )
 }
 
-impl<B: FusionBackend + Fp8Backend> Fp8Backend for Fusion<B> {
+impl<B: FusionBackend + Fp8Backend + AccumBackend> Fp8Backend for Fusion<B> {
     fn fp8_amax(tensor: FloatTensor<Self>, layout: BlockLayout) -> FloatTensor<Self> {
         let blocks = layout.num_blocks() as usize;
         register::<B>(
@@ -153,6 +189,69 @@ impl<B: FusionBackend + Fp8Backend> Fp8Backend for Fusion<B> {
             Fp8Op::Dequantize(layout, format, dtype),
             vec![codes, scale_invs],
             &[(layout.len as usize, dtype.into())],
+        )
+        .output()
+    }
+}
+
+impl<B: FusionBackend + Fp8Backend + AccumBackend> AccumBackend for Fusion<B> {
+    fn blocked_row_sums(
+        tensor: FloatTensor<Self>,
+        other: Option<FloatTensor<Self>>,
+        rows: u32,
+        cols: u32,
+        config: AccumConfig,
+    ) -> FloatTensor<Self> {
+        let out = [(rows as usize, DType::F32)];
+        match other {
+            None => register::<B>(
+                "blocked_sum",
+                Fp8Op::RowSums(rows, cols, config),
+                vec![tensor],
+                &out,
+            ),
+            Some(other) => register::<B>(
+                "blocked_dot",
+                Fp8Op::Dot(cols, config),
+                vec![tensor, other],
+                &out,
+            ),
+        }
+        .output()
+    }
+
+    fn blocked_matmul(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        dims: (u32, u32, u32),
+        config: AccumConfig,
+    ) -> FloatTensor<Self> {
+        let out = [((dims.0 * dims.2) as usize, DType::F32)];
+        register::<B>(
+            "blocked_matmul",
+            Fp8Op::Matmul(dims, config),
+            vec![a, b],
+            &out,
+        )
+        .output()
+    }
+
+    fn fp8_block_matmul(
+        a_codes: IntTensor<Self>,
+        a_scale_invs: FloatTensor<Self>,
+        b_codes: IntTensor<Self>,
+        b_scale_invs: FloatTensor<Self>,
+        dims: (u32, u32, u32),
+        format: Fp8Format,
+        config: Fp8MatmulConfig,
+    ) -> FloatTensor<Self> {
+        let out = [((dims.0 * dims.2) as usize, DType::F32)];
+        let inputs = vec![a_codes, a_scale_invs, b_codes, b_scale_invs];
+        register::<B>(
+            "fp8_matmul",
+            Fp8Op::Fp8Matmul(dims, format, config),
+            inputs,
+            &out,
         )
         .output()
     }

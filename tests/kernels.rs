@@ -1,7 +1,9 @@
-//! FP8 tensors through Burn: the kernels (wgpu) and the portable path (Flex, NdArray) give
+//! The kernels through Burn. FP8 tensors: the kernels (wgpu) and the portable path (Flex, NdArray) give
 //! the CPU reference's bytes for every recipe, through `MixedPrecision` and `Autodiff` too;
 //! (NdArray with `--features ndarray`, which `./scripts/test.sh` turns on); delayed scaling keeps its scale on zero or non-finite amaxes and survives a record; bad
 //! input is a typed error; and the round-trip error of each recipe on a heavy-tailed tensor.
+//! Blocked accumulation: every backend gives the reference's bits; the block-scaled FP8
+//! matmul checks its operands.
 
 mod common;
 
@@ -14,11 +16,14 @@ use burn::tensor::{DType, FloatDType, Tensor, TensorData};
 use burn_amp::MixedPrecision;
 
 /// Burn's `Wgpu` is fused here (the `fusion` feature, on by default); this is the plain one.
-type WgpuUnfused = burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
+type WgpuUnfused =
+    burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
+use burn_amp::accum::{self, AccumBackend, AccumConfig, AccumError, Accumulator, Fp8MatmulConfig};
 use burn_amp::fp8::{
     AmaxCompute, DelayedScaling, Fp8Backend, Fp8Cast, Fp8Error, Fp8Format, Fp8Recipe, Fp8Tensor,
     Overflow, Rounding, ScaleRule,
 };
+use burn_amp_kernels::accum::reference as accum_reference;
 use burn_amp_kernels::fp8::reference;
 use burn_amp_kernels::fp8::scale::{amax_bits, block_scale};
 
@@ -345,4 +350,146 @@ fn quantize_leaves_the_input_and_its_gradient_alone() {
     let grads = (x.clone() * 2.0).sum().backward();
     assert_eq!(common::values(x.grad(&grads).unwrap()), vec![2.0, 2.0, 2.0]);
     let _ = <A as Backend>::name(&device);
+}
+
+fn accum_configs() -> Vec<AccumConfig> {
+    vec![
+        AccumConfig::naive(Accumulator::F16),
+        AccumConfig::chunked(Accumulator::F16, 64),
+        AccumConfig::chunked(Accumulator::BF16, 32).with_stochastic(3),
+        AccumConfig::chunked(Accumulator::E8M13, 128).with_combine(Accumulator::E8M13),
+    ]
+}
+
+fn accum_bits<B: AccumBackend>(
+    x: &[f32],
+    y: &[f32],
+    rows: usize,
+    cols: usize,
+    config: AccumConfig,
+) -> [Vec<u32>; 3] {
+    let device = Default::default();
+    let t = |v: &[f32], shape: [usize; 2]| {
+        Tensor::<B, 2>::from_data(TensorData::new(v.to_vec(), shape), &device)
+    };
+    let bits = |t: Tensor<B, 1>| {
+        common::values(t)
+            .iter()
+            .map(|v| v.to_bits())
+            .collect::<Vec<_>>()
+    };
+    let sums = accum::blocked_sum(t(x, [rows, cols]), config).unwrap();
+    let dot = accum::blocked_dot(
+        t(&x[..cols], [1, cols]).reshape([cols]),
+        t(&y[..cols], [1, cols]).reshape([cols]),
+        config,
+    )
+    .unwrap();
+    let mm = accum::blocked_matmul(t(x, [rows, cols]), t(y, [cols, rows]), config).unwrap();
+    [bits(sums), bits(dot), bits(mm.reshape([rows * rows]))]
+}
+
+#[test]
+fn blocked_accumulation_gives_the_reference_bits_on_every_backend() {
+    let (rows, cols) = (6, 700);
+    let x = heavy_tailed(rows * cols, 21);
+    let y = heavy_tailed(rows * cols, 22);
+    for config in accum_configs() {
+        let sums = accum_reference::row_sums(&x, cols, config);
+        let dot = accum_reference::dot(&x[..cols], &y[..cols], config);
+        let mm = accum_reference::matmul(&x, &y, rows, cols, rows, config);
+        let want = [sums, vec![dot], mm].map(|v| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>());
+        assert!(
+            accum_bits::<Flex>(&x, &y, rows, cols, config) == want,
+            "Flex {config:?}"
+        );
+        #[cfg(feature = "ndarray")]
+        assert!(
+            accum_bits::<NdArray>(&x, &y, rows, cols, config) == want,
+            "NdArray {config:?}"
+        );
+        assert!(
+            accum_bits::<Wgpu>(&x, &y, rows, cols, config) == want,
+            "wgpu (fused) {config:?}"
+        );
+        assert!(
+            accum_bits::<WgpuUnfused>(&x, &y, rows, cols, config) == want,
+            "wgpu {config:?}"
+        );
+        assert!(
+            accum_bits::<MixedPrecision<Autodiff<Wgpu>>>(&x, &y, rows, cols, config) == want,
+            "MixedPrecision<Autodiff<Wgpu>> {config:?}"
+        );
+    }
+}
+
+fn fp8_operands<B: AccumBackend + Fp8Backend>(
+    m: usize,
+    k: usize,
+    n: usize,
+) -> (Fp8Tensor<B, 2>, Fp8Tensor<B, 2>) {
+    let device = Default::default();
+    let cast = Fp8Cast::new(Fp8Format::E4M3);
+    let a = Tensor::<B, 2>::from_data(TensorData::new(heavy_tailed(m * k, 31), [m, k]), &device);
+    let b = Tensor::<B, 2>::from_data(TensorData::new(heavy_tailed(k * n, 32), [k, n]), &device);
+    (
+        Fp8Tensor::quantize(a, cast, Fp8Recipe::blocks_1x128()).unwrap(),
+        Fp8Tensor::quantize(b, cast, Fp8Recipe::blocks_128x128()).unwrap(),
+    )
+}
+
+#[test]
+fn fp8_matmul_agrees_across_backends_and_checks_its_operands() {
+    let (m, k, n) = (8, 384, 130);
+    let config = Fp8MatmulConfig {
+        block: 128,
+        window: 128,
+        accumulator: Accumulator::E8M13,
+        promote: true,
+    };
+    let run = |a: Vec<f32>| a.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let (a, b) = fp8_operands::<Flex>(m, k, n);
+    let flex = run(common::values(
+        accum::fp8_matmul(&a, &b, config, FloatDType::F32).unwrap(),
+    ));
+    let (aw, bw) = fp8_operands::<Wgpu>(m, k, n);
+    let wgpu = run(common::values(
+        accum::fp8_matmul(&aw, &bw, config, FloatDType::F32).unwrap(),
+    ));
+    assert!(flex == wgpu, "Flex and wgpu differ");
+    let want = accum_reference::fp8_matmul(
+        &a.to_bytes(),
+        &common::values(a.scale_inv()),
+        &b.to_bytes(),
+        &common::values(b.scale_inv()),
+        (m, k, n),
+        Fp8Format::E4M3,
+        config,
+    );
+    assert!(flex == run(want), "Flex and the reference differ");
+    let bf16 = accum::fp8_matmul(&aw, &bw, config, FloatDType::BF16).unwrap();
+    assert_eq!(bf16.dtype(), DType::BF16);
+
+    // Operands that do not fit.
+    let err = accum::fp8_matmul(&b, &b, config, FloatDType::F32).unwrap_err();
+    assert!(
+        matches!(err, AccumError::Fp8(_) | AccumError::Shape(_)),
+        "{err}"
+    );
+    let bad_window = Fp8MatmulConfig {
+        window: 100,
+        ..config
+    };
+    let err = accum::fp8_matmul(&a, &b, bad_window, FloatDType::F32).unwrap_err();
+    assert!(err.to_string().contains("must divide"), "{err}");
+    let (short, _) = fp8_operands::<Flex>(m, 256, n);
+    let err = accum::fp8_matmul(&short, &b, config, FloatDType::F32).unwrap_err();
+    assert!(matches!(err, AccumError::Shape(_)), "{err}");
+    let device = Default::default();
+    let x = Tensor::<Flex, 1>::ones([3], &device);
+    let y = Tensor::<Flex, 1>::ones([4], &device);
+    assert!(matches!(
+        accum::blocked_dot(x, y, AccumConfig::naive(Accumulator::F16)),
+        Err(AccumError::Shape(_))
+    ));
 }

@@ -1,4 +1,4 @@
-//! `Fp8Backend` for Burn's CubeCL backends (wgpu, CUDA, ...): the CubeCL kernels of
+//! The kernel traits for Burn's CubeCL backends (wgpu, CUDA, ...): the CubeCL kernels of
 //! `burn-amp-kernels`, launched on the tensors' buffers.
 
 use burn_amp_kernels::fp8::launch::{self, BlockLayout};
@@ -10,7 +10,10 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use burn_tensor::{DType, FloatDType, Shape};
 use cubecl::prelude::{CubeElement, Float};
 
-use super::Fp8Backend;
+use burn_amp_kernels::accum::{self, AccumConfig, Fp8MatmulConfig};
+
+use crate::accum::AccumBackend;
+use crate::fp8::Fp8Backend;
 
 /// Runs `$body` with `$F` bound to the Rust type of the float dtype `$dtype`.
 macro_rules! with_float {
@@ -128,5 +131,74 @@ where
             format,
         ));
         output(&codes, handle, layout.len as usize, dtype)
+    }
+}
+
+impl<R, F, I, BT> AccumBackend for CubeBackend<R, F, I, BT>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    fn blocked_row_sums(
+        tensor: CubeTensor<R>,
+        other: Option<CubeTensor<R>>,
+        rows: u32,
+        cols: u32,
+        config: AccumConfig,
+    ) -> CubeTensor<R> {
+        let tensor = into_contiguous(tensor);
+        let other = other.map(|o| into_contiguous(o).handle.clone());
+        let handle = with_float!(tensor.dtype, E => accum::launch::row_sums::<R, E>(
+            &tensor.client,
+            tensor.handle.clone(),
+            other,
+            rows,
+            cols,
+            config,
+        ));
+        output(&tensor, handle, rows as usize, DType::F32)
+    }
+
+    fn blocked_matmul(
+        a: CubeTensor<R>,
+        b: CubeTensor<R>,
+        dims: (u32, u32, u32),
+        config: AccumConfig,
+    ) -> CubeTensor<R> {
+        let (a, b) = (into_contiguous(a), into_contiguous(b));
+        let handle = with_float!(a.dtype, E => accum::launch::matmul::<R, E>(
+            &a.client,
+            a.handle.clone(),
+            b.handle.clone(),
+            dims,
+            config,
+        ));
+        output(&a, handle, (dims.0 * dims.2) as usize, DType::F32)
+    }
+
+    fn fp8_block_matmul(
+        a_codes: CubeTensor<R>,
+        a_scale_invs: CubeTensor<R>,
+        b_codes: CubeTensor<R>,
+        b_scale_invs: CubeTensor<R>,
+        dims: (u32, u32, u32),
+        format: Fp8Format,
+        config: Fp8MatmulConfig,
+    ) -> CubeTensor<R> {
+        let [ac, asi, bc, bsi] =
+            [a_codes, a_scale_invs, b_codes, b_scale_invs].map(into_contiguous);
+        let handle = accum::launch::fp8_matmul::<R>(
+            &ac.client,
+            ac.handle.clone(),
+            asi.handle.clone(),
+            bc.handle.clone(),
+            bsi.handle.clone(),
+            dims,
+            format,
+            config,
+        );
+        output(&asi, handle, (dims.0 * dims.2) as usize, DType::F32)
     }
 }

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""PyTorch's mixed/float32 training-step ratio for the workloads of `examples/bench`.
+
+The same models as `examples/bench/models.rs` (the Keras guide's MLP 784-4096-4096-10 at
+batch 128, and a Transformer encoder d=256 x4, seq 128, batch 16), the same optimizer
+(Adam, lr 1e-4) and the same timing method: float32 and mixed steps timed alternately
+(ABAB...), the median of several runs with min and max. Mixed precision is PyTorch's
+own recipe: `torch.autocast` plus `torch.amp.GradScaler` for float16 (bfloat16 needs no
+scaler). The ratio printed is float32 time / mixed time, as in BENCHMARKS.md.
+
+    python3 benches/pytorch_mlp.py                 # CUDA when present, else CPU
+    python3 benches/pytorch_mlp.py --device cpu --runs 7
+
+Prints a Markdown table, ready to paste under BENCHMARKS.md's PyTorch section.
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+from torch import nn
+
+
+def mlp(width: int) -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(784, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10)
+    )
+
+
+class Encoder(nn.Module):
+    def __init__(self, d_model: int, layers: int):
+        super().__init__()
+        self.embed = nn.Linear(32, d_model)
+        layer = nn.TransformerEncoderLayer(
+            d_model, nhead=8, dim_feedforward=4 * d_model, dropout=0.1, batch_first=True
+        )
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d_model, 10)
+
+    def forward(self, x):
+        return self.head(self.encoder(self.embed(x)).mean(dim=1))
+
+
+WORKLOADS = [
+    ("MLP 784-4096-4096-10, batch 128", lambda: mlp(4096), (128, 784)),
+    ("Transformer encoder d=256 x4, seq 128, batch 16", lambda: Encoder(256, 4), (16, 128, 32)),
+]
+
+
+def sync(device: str):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+class Trainer:
+    """One training step of a model of its own, under a dtype (None = float32)."""
+
+    def __init__(self, model: nn.Module, x, y, device: str, dtype):
+        self.model = model.to(device)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-4)
+        self.x, self.y, self.device, self.dtype = x, y, device, dtype
+        use_scaler = dtype == torch.float16
+        self.scaler = torch.amp.GradScaler(device, enabled=use_scaler)
+
+    def step(self):
+        self.opt.zero_grad(set_to_none=True)
+        with torch.autocast(self.device, dtype=self.dtype or torch.float32, enabled=self.dtype is not None):
+            logits = self.model(self.x)
+        loss = nn.functional.cross_entropy(logits.float(), self.y)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.opt)
+        self.scaler.update()
+        sync(self.device)
+
+
+def time_pair(a, b, warmup: int, runs: int):
+    for _ in range(warmup):
+        a()
+        b()
+    ta, tb = [], []
+    for _ in range(runs):
+        t = time.perf_counter()
+        a()
+        ta.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        b()
+        tb.append(time.perf_counter() - t)
+    return ta, tb
+
+
+def ms(xs):
+    return f"{statistics.median(xs) * 1e3:.1f} ({min(xs) * 1e3:.1f}-{max(xs) * 1e3:.1f})"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=2)
+    args = parser.parse_args()
+    device = args.device
+    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    dtypes = {"mixed_float16": torch.float16, "mixed_bfloat16": torch.bfloat16}
+    print(f"PyTorch {torch.__version__} on {name}\n")
+    print("| Workload | Policy | float32 step, ms | mixed step, ms | float32 / mixed |")
+    print("|---|---|---|---|---|")
+    for policy, dtype in dtypes.items():
+        for label, build, shape in WORKLOADS:
+            torch.manual_seed(1)
+            x = torch.rand(*shape, device=device)
+            y = torch.randint(0, 10, (shape[0],), device=device)
+            torch.manual_seed(2)
+            base = Trainer(build(), x, y, device, None)
+            torch.manual_seed(2)
+            mixed = Trainer(build(), x, y, device, dtype)
+            t32, tmix = time_pair(base.step, mixed.step, args.warmup, args.runs)
+            ratio = statistics.median(t32) / statistics.median(tmix)
+            print(f"| {label} | {policy} | {ms(t32)} | {ms(tmix)} | {ratio:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
