@@ -63,8 +63,8 @@ fn float<B: Backend, const D: usize>(p: burn_tensor::ops::FloatTensor<B>) -> Ten
 /// let naive = blocked_sum(x.clone(), AccumConfig::naive(Accumulator::F16))?;
 /// let chunked = blocked_sum(x, AccumConfig::chunked(Accumulator::F16, 64))?;
 /// let (naive, chunked) = (naive.into_scalar(), chunked.into_scalar());
-/// assert!((chunked - 6000.0).abs() < 1.0); // 6000 within f16's precision
-/// assert!((naive - 6000.0).abs() > 1000.0); // the running f16 sum stalls at 4096
+/// assert_eq!(naive, 1024.0); // the running f16 sum stalls: 0.3 is under half a step there
+/// assert!((chunked - 6000.0).abs() < 60.0); // chunks of 64 keep it within 1%
 /// # Ok::<(), burn_amp::accum::AccumError>(())
 /// ```
 ///

@@ -21,8 +21,9 @@ use super::{Fp8Error, Fp8Recipe};
 /// let q = Fp8Tensor::quantize(x, Fp8Cast::new(Fp8Format::E4M3), Fp8Recipe::per_tensor())?;
 /// assert_eq!(q.to_bytes().len(), 4);
 /// let back = q.dequantize().into_data().to_vec::<f32>().unwrap();
-/// assert_eq!(back[2], 1000.0); // the amax maps to 448 and back exactly
-/// assert!((back[1] + 3.0).abs() < 0.1);
+/// assert!((back[2] - 1000.0).abs() < 1e-3); // the amax maps to 448, E4M3's largest value
+/// assert!((back[1] + 3.0).abs() < 0.1); // 3 bits of mantissa: within 1/16 relative
+/// assert_eq!(back[3], 0.0); // 1e-4 * 448 / 1000 is under E4M3's smallest subnormal
 /// # Ok::<(), burn_amp::fp8::Fp8Error>(())
 /// ```
 #[derive(Clone, Debug)]

@@ -41,7 +41,8 @@ use crate::MixedPrecision;
 ///     let mut model: Linear<B> = LinearConfig::new(4, 2).init(&device);
 ///     let mut optim = LossScaleOptimizer::new(AdamConfig::new().init());
 ///
-///     let loss = model.forward(Tensor::ones([3, 4], &device)).sum();
+///     let x = Tensor::<B, 2>::ones([3, 4], &device);
+///     let loss = model.forward(x).mean();
 ///     let grads = GradientsParams::from_grads(loss.backward(), &model); // true gradients
 ///     model = optim.step(1e-3, model, grads);
 ///     assert_eq!(optim.loss_scale(), 32768.0);
