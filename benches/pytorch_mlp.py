@@ -6,10 +6,11 @@ batch 128, and a Transformer encoder d=256 x4, seq 128, batch 16), the same opti
 (Adam, lr 1e-4) and the same timing method: float32 and mixed steps timed alternately
 (ABAB...), the median of several runs with min and max. Mixed precision is PyTorch's
 own recipe: `torch.autocast` plus `torch.amp.GradScaler` for float16 (bfloat16 needs no
-scaler). The ratio printed is float32 time / mixed time, as in BENCHMARKS.md.
+scaler). The ratio printed is mixed time / float32 time, as in BENCHMARKS.md (under 1 is
+faster).
 
     python3 benches/pytorch_mlp.py                 # CUDA when present, else CPU
-    python3 benches/pytorch_mlp.py --device cpu --runs 7
+    python3 benches/pytorch_mlp.py --device cpu --policies mixed_bfloat16
 
 Prints a Markdown table, ready to paste under BENCHMARKS.md's PyTorch section.
 """
@@ -98,12 +99,20 @@ def main():
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument(
+        "--policies", default="mixed_float16,mixed_bfloat16", help="comma-separated policy names"
+    )
     args = parser.parse_args()
     device = args.device
     name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    dtypes = {"mixed_float16": torch.float16, "mixed_bfloat16": torch.bfloat16}
+    known = {"mixed_float16": torch.float16, "mixed_bfloat16": torch.bfloat16}
+    policies = args.policies.split(",")
+    unknown = [p for p in policies if p not in known]
+    if unknown:
+        parser.error(f"unknown policy {unknown}; valid: {', '.join(known)}")
+    dtypes = {p: known[p] for p in policies}
     print(f"PyTorch {torch.__version__} on {name}\n")
-    print("| Workload | Policy | float32 step, ms | mixed step, ms | float32 / mixed |")
+    print("| Workload | Policy | float32 step, ms | mixed step, ms | mixed / float32 |")
     print("|---|---|---|---|---|")
     for policy, dtype in dtypes.items():
         for label, build, shape in WORKLOADS:
@@ -115,8 +124,8 @@ def main():
             torch.manual_seed(2)
             mixed = Trainer(build(), x, y, device, dtype)
             t32, tmix = time_pair(base.step, mixed.step, args.warmup, args.runs)
-            ratio = statistics.median(t32) / statistics.median(tmix)
-            print(f"| {label} | {policy} | {ms(t32)} | {ms(tmix)} | {ratio:.2f}x |", flush=True)
+            ratio = statistics.median(tmix) / statistics.median(t32)
+            print(f"| {label} | {policy} | {ms(t32)} | {ms(tmix)} | {ratio:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

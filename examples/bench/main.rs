@@ -2,50 +2,23 @@
 //! runs, with min and max), with its goal and whether it is met.
 //!
 //! ```sh
-//! cargo run --release --example bench                  # rewrites BENCHMARKS.md (~15 min)
+//! cargo run --release --example bench                  # rewrites the table in BENCHMARKS.md (~3 min, 2 cores)
 //! cargo run --release --example bench -- --quick       # checks the harness runs (seconds)
 //! ```
 
 mod alloc;
 mod kernels;
 mod models;
+mod report;
 mod stats;
 mod training;
 
-use std::fmt::Write as _;
-
 use burn::backend::{Autodiff, Flex, Wgpu};
 use models::Workload;
+pub use report::{Goal, Row};
 
 #[global_allocator]
 static ALLOC: alloc::Counting = alloc::Counting;
-
-/// What a row must show.
-#[derive(Clone, Copy, Debug)]
-pub enum Goal {
-    AtMost(f64),
-    AtLeast(f64),
-}
-
-/// One line of the report.
-pub struct Row {
-    pub what: String,
-    pub backend: String,
-    pub baseline: String,
-    pub measured: String,
-    pub ratio: f64,
-    pub goal: Goal,
-    pub note: String,
-}
-
-impl Row {
-    fn met(&self) -> bool {
-        match self.goal {
-            Goal::AtMost(g) => self.ratio <= g,
-            Goal::AtLeast(g) => self.ratio >= g,
-        }
-    }
-}
 
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
@@ -167,68 +140,52 @@ fn main() {
         false,
     ));
     progress("kernels on wgpu");
-    rows.extend(kernels::rows(quick, runs, wgpu));
+    rows.extend(kernels::rows::<cubecl::wgpu::WgpuRuntime>(
+        &Default::default(),
+        quick,
+        runs,
+        wgpu,
+    ));
+    #[cfg(feature = "cuda")]
+    rows.extend(cuda_rows(mlp, encoder, runs, quick));
 
-    let mut md = String::new();
-    let _ = writeln!(md, "# Benchmarks\n");
-    let _ = writeln!(
-        md,
-        "Written by `cargo run --release --example bench`{}.\n",
-        if quick {
-            " --quick (harness check; sizes too small to mean anything)"
-        } else {
-            ""
-        }
-    );
-    let _ = writeln!(md, "- Machine: {}", machine());
-    let _ = writeln!(
-        md,
-        "- Date: {}",
-        std::process::Command::new("date")
-            .arg("-u")
-            .arg("+%Y-%m-%d")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_default()
-    );
-    let _ = writeln!(
-        md,
-        "- Each figure: median of {runs} runs (min-max); A and B of a pair are timed alternately."
-    );
-    let _ = writeln!(
-        md,
-        "- wgpu ran on lavapipe (Mesa's CPU Vulkan driver): no GPU on this machine.\n"
-    );
-    let _ = writeln!(
-        md,
-        "| Measurement | Backend | Baseline | Measured | Ratio | Goal | Met | Note |"
-    );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
-    for r in &rows {
-        let goal = match r.goal {
-            Goal::AtMost(g) => format!("<= {g}"),
-            Goal::AtLeast(g) => format!(">= {g}"),
-        };
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {:.3} | {} | {} | {} |",
-            r.what,
-            r.backend,
-            r.baseline,
-            r.measured,
-            r.ratio,
-            goal,
-            if r.met() { "yes" } else { "no" },
-            r.note
-        );
-    }
-    if let Some(dir) = std::path::Path::new(&out).parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    if let Err(e) = std::fs::write(&out, &md) {
+    let table = report::table(&rows, runs, quick, &machine());
+    if let Err(e) = report::write(std::path::Path::new(&out), &table) {
         eprintln!("error: writing {out}: {e}");
         std::process::exit(2);
     }
-    print!("{md}");
+    print!("{table}");
     progress(&format!("written to {out}"));
+}
+
+/// The same rows on the first CUDA GPU (`--features cuda`), marked with its name.
+#[cfg(feature = "cuda")]
+fn cuda_rows(mlp: Workload, encoder: Workload, runs: usize, quick: bool) -> Vec<Row> {
+    use burn::backend::Cuda;
+    let device = Default::default();
+    let name = format!(
+        "CUDA ({})",
+        <Cuda as burn::tensor::backend::Backend>::name(&device)
+    );
+    let mut rows = Vec::new();
+    progress("decorator overhead on CUDA");
+    rows.push(training::overhead::<Autodiff<Cuda>>(mlp, runs, &name));
+    for workload in [mlp, encoder] {
+        progress(&format!("policies on CUDA ({})", workload.describe()));
+        rows.extend(training::policies::<Autodiff<Cuda>>(
+            workload,
+            &["mixed_float16", "mixed_bfloat16"],
+            runs,
+            &name,
+            false,
+        ));
+    }
+    progress("kernels on CUDA");
+    rows.extend(kernels::rows::<cubecl::cuda::CudaRuntime>(
+        &Default::default(),
+        quick,
+        runs,
+        &name,
+    ));
+    rows
 }

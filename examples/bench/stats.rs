@@ -36,22 +36,6 @@ impl Summary {
     }
 }
 
-/// Times `f` `runs` times after `warmup` untimed calls; seconds.
-pub fn time(warmup: usize, runs: usize, mut f: impl FnMut()) -> Summary {
-    for _ in 0..warmup {
-        f();
-    }
-    Summary::of(
-        (0..runs)
-            .map(|_| {
-                let start = Instant::now();
-                f();
-                start.elapsed().as_secs_f64()
-            })
-            .collect(),
-    )
-}
-
 /// Times `a` and `b` alternately (ABAB...), so drift in the machine's speed hits both alike.
 pub fn time_pair(
     warmup: usize,

@@ -1,0 +1,105 @@
+//! The report: the rows, rendered as a Markdown table with the run's conditions, written
+//! between two markers of BENCHMARKS.md so that the hand-written sections around them (how
+//! to read the figures, the PyTorch and GPU figures) survive a rerun.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+const BEGIN: &str = "<!-- bench:begin (written by `cargo run --release --example bench`) -->";
+const END: &str = "<!-- bench:end -->";
+
+/// What a row must show.
+#[derive(Clone, Copy, Debug)]
+pub enum Goal {
+    AtMost(f64),
+    AtLeast(f64),
+}
+
+/// One line of the report.
+pub struct Row {
+    pub what: String,
+    pub backend: String,
+    pub baseline: String,
+    pub measured: String,
+    pub ratio: f64,
+    pub goal: Goal,
+    pub note: String,
+}
+
+impl Row {
+    fn met(&self) -> bool {
+        match self.goal {
+            Goal::AtMost(g) => self.ratio <= g,
+            Goal::AtLeast(g) => self.ratio >= g,
+        }
+    }
+}
+
+fn date() -> String {
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The generated part: conditions, then one table line per row.
+pub fn table(rows: &[Row], runs: usize, quick: bool, machine: &str) -> String {
+    let mut md = String::new();
+    if quick {
+        let _ = writeln!(
+            md,
+            "`--quick`: a harness check; the sizes are too small to mean anything.\n"
+        );
+    }
+    let _ = writeln!(md, "- Machine: {machine}");
+    let _ = writeln!(md, "- Date: {}", date());
+    let _ = writeln!(
+        md,
+        "- Each figure: median of {runs} runs (min-max); A and B of a pair are timed alternately."
+    );
+    let _ = writeln!(
+        md,
+        "- wgpu ran on lavapipe (Mesa's CPU Vulkan driver) unless the backend says otherwise.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| Measurement | Backend | Baseline | Measured | Ratio | Goal | Met | Note |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        let goal = match r.goal {
+            Goal::AtMost(g) => format!("<= {g}"),
+            Goal::AtLeast(g) => format!(">= {g}"),
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {:.3} | {} | {} | {} |",
+            r.what,
+            r.backend,
+            r.baseline,
+            r.measured,
+            r.ratio,
+            goal,
+            if r.met() { "yes" } else { "no" },
+            r.note
+        );
+    }
+    md
+}
+
+/// Puts `table` between the markers of the file at `path`, keeping what is around them; a
+/// file without the markers (or none) is written anew with a title and the markers.
+pub fn write(path: &Path, table: &str) -> std::io::Result<()> {
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let text = match (old.find(BEGIN), old.find(END)) {
+        (Some(b), Some(e)) if b < e => {
+            format!("{}{BEGIN}\n{table}{}", &old[..b], &old[e..])
+        }
+        _ => format!("# Benchmarks\n\n{BEGIN}\n{table}{END}\n"),
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, text)
+}
