@@ -10,7 +10,7 @@ scaler). The ratio printed is mixed time / float32 time, as in BENCHMARKS.md (un
 faster).
 
     python3 benches/pytorch_mlp.py                 # CUDA when present, else CPU
-    python3 benches/pytorch_mlp.py --device cpu --policies mixed_bfloat16
+    python3 benches/pytorch_mlp.py --device cpu --policies mixed_bfloat16 --workloads mlp
 
 Prints a Markdown table, ready to paste under BENCHMARKS.md's PyTorch section.
 """
@@ -43,10 +43,14 @@ class Encoder(nn.Module):
         return self.head(self.encoder(self.embed(x)).mean(dim=1))
 
 
-WORKLOADS = [
-    ("MLP 784-4096-4096-10, batch 128", lambda: mlp(4096), (128, 784)),
-    ("Transformer encoder d=256 x4, seq 128, batch 16", lambda: Encoder(256, 4), (16, 128, 32)),
-]
+WORKLOADS = {
+    "mlp": ("MLP 784-4096-4096-10, batch 128", lambda: mlp(4096), (128, 784)),
+    "encoder": (
+        "Transformer encoder d=256 x4, seq 128, batch 16",
+        lambda: Encoder(256, 4),
+        (16, 128, 32),
+    ),
+}
 
 
 def sync(device: str):
@@ -99,6 +103,7 @@ def main():
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--workloads", default="mlp,encoder", help="comma-separated: mlp, encoder")
     parser.add_argument(
         "--policies", default="mixed_float16,mixed_bfloat16", help="comma-separated policy names"
     )
@@ -111,11 +116,14 @@ def main():
     if unknown:
         parser.error(f"unknown policy {unknown}; valid: {', '.join(known)}")
     dtypes = {p: known[p] for p in policies}
+    names = args.workloads.split(",")
+    if any(w not in WORKLOADS for w in names):
+        parser.error(f"unknown workload in {names}; valid: {', '.join(WORKLOADS)}")
     print(f"PyTorch {torch.__version__} on {name}\n")
     print("| Workload | Policy | float32 step, ms | mixed step, ms | mixed / float32 |")
     print("|---|---|---|---|---|")
     for policy, dtype in dtypes.items():
-        for label, build, shape in WORKLOADS:
+        for label, build, shape in (WORKLOADS[w] for w in names):
             torch.manual_seed(1)
             x = torch.rand(*shape, device=device)
             y = torch.randint(0, 10, (shape[0],), device=device)
