@@ -56,6 +56,21 @@ fn device_codes(client: &ComputeClient<R>, values: &[f32], cast: Fp8Cast) -> Vec
     read_u8(client, codes, values.len())
 }
 
+/// Quantizes `values` on the device under every cast of [`casts`] and compares the bytes
+/// with the reference (element `i` uses `i` as its stochastic-rounding counter).
+#[track_caller]
+fn assert_every_cast_matches_the_reference(client: &ComputeClient<R>, values: &[f32]) {
+    for cast in casts() {
+        let want: Vec<u8> = values
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| reference::encode(x, cast, i as u32))
+            .collect();
+        let got = device_codes(client, values, cast);
+        assert_same_bytes(&got, &want, values, &format!("{cast:?}"));
+    }
+}
+
 #[track_caller]
 fn assert_same_bytes(got: &[u8], want: &[u8], inputs: &[f32], what: &str) {
     assert_eq!(got.len(), want.len());
@@ -84,15 +99,7 @@ fn all_f16_bit_patterns_quantize_like_the_reference() {
     let values: Vec<f32> = (0..=u16::MAX)
         .map(|b| half::f16::from_bits(b).to_f32())
         .collect();
-    for cast in casts() {
-        let want: Vec<u8> = values
-            .iter()
-            .enumerate()
-            .map(|(i, &x)| reference::encode(x, cast, i as u32))
-            .collect();
-        let got = device_codes(&client, &values, cast);
-        assert_same_bytes(&got, &want, &values, &format!("{cast:?}"));
-    }
+    assert_every_cast_matches_the_reference(&client, &values);
 }
 
 #[test]
@@ -129,15 +136,7 @@ fn a_million_random_f32_quantize_like_the_reference() {
         let e = (next() % 60) as i32 - 30;
         f32::from_bits(next() & 0x807f_ffff | (((e + 127) as u32) << 23))
     }));
-    for cast in casts() {
-        let want: Vec<u8> = values
-            .iter()
-            .enumerate()
-            .map(|(i, &x)| reference::encode(x, cast, i as u32))
-            .collect();
-        let got = device_codes(&client, &values, cast);
-        assert_same_bytes(&got, &want, &values, &format!("{cast:?}"));
-    }
+    assert_every_cast_matches_the_reference(&client, &values);
 }
 
 #[test]
@@ -184,15 +183,7 @@ fn the_edge_cases_quantize_like_the_reference() {
     ] {
         values.push(f32::from_bits(payload));
     }
-    for cast in casts() {
-        let want: Vec<u8> = values
-            .iter()
-            .enumerate()
-            .map(|(i, &x)| reference::encode(x, cast, i as u32))
-            .collect();
-        let got = device_codes(&client, &values, cast);
-        assert_same_bytes(&got, &want, &values, &format!("{cast:?}"));
-    }
+    assert_every_cast_matches_the_reference(&client, &values);
 }
 
 #[test]
