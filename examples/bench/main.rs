@@ -2,7 +2,7 @@
 //! runs, with min and max), with its goal and whether it is met.
 //!
 //! ```sh
-//! cargo run --release --example bench                  # rewrites the table in BENCHMARKS.md (~3 min, 2 cores)
+//! cargo run --release --example bench                  # rewrites the table in BENCHMARKS.md (~5 min, 2 cores)
 //! cargo run --release --example bench -- --quick       # checks the harness runs (seconds)
 //! ```
 
