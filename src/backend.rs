@@ -180,6 +180,7 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
     /// is alive and the policy computes in f16, the loss is first multiplied by its scale;
     /// the returned gradients divide it out again when read.
     fn backward(tensor: FloatTensor<Self>) -> Self::Gradients {
+        crate::fp8::training::numerics::on_backward();
         let policy = scope::resolve::<B>(&B::float_device(&tensor));
         let loss = match autocast::dtype::<B>(&tensor) {
             FloatDType::F64 => tensor,

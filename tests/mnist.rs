@@ -11,6 +11,8 @@ mod data;
 mod learner;
 #[path = "../examples/mnist/model.rs"]
 mod model;
+#[path = "../examples/mnist/numerics.rs"]
+mod numerics;
 #[path = "../examples/mnist/report.rs"]
 mod report;
 #[path = "../examples/mnist/run.rs"]
@@ -20,15 +22,17 @@ use burn::backend::{Autodiff, Flex};
 use burn_amp::Policy;
 use run::{Mode, Options};
 
+/// The test accuracy of the example's default run (5 epochs, custom loop) under `policy`.
+fn accuracy(policy: Policy) -> f64 {
+    let options = Options {
+        policy,
+        ..Options::default()
+    };
+    run::run::<Autodiff<Flex>>(Default::default(), &options).unwrap()
+}
+
 #[test]
 fn mixed_policies_reach_the_float32_accuracy_within_half_a_point_on_flex() {
-    let accuracy = |policy: Policy| {
-        let options = Options {
-            policy,
-            ..Options::default()
-        };
-        run::run::<Autodiff<Flex>>(Default::default(), &options).unwrap()
-    };
     let float32 = accuracy(Policy::float32());
     let f16 = accuracy(Policy::mixed_float16());
     let bf16 = accuracy(Policy::mixed_bfloat16());
@@ -45,6 +49,19 @@ fn mixed_policies_reach_the_float32_accuracy_within_half_a_point_on_flex() {
     for (name, acc) in [("mixed_float16", f16), ("mixed_bfloat16", bf16)] {
         assert!(acc >= float32 - 0.005, "{name}: {acc} vs float32 {float32}");
     }
+}
+
+/// FP8 (simulated, on Flex's portable path) costs about 2.5 minutes an epoch in a release
+/// build and far more in the test profile, whose burn-amp code is unoptimized: too long for
+/// CI, so it runs on request. The README's FP8 table comes from the same run through the
+/// example (`--policy float8_from_mixed_bfloat16`).
+#[test]
+#[ignore = "about 15 minutes in release: cargo test --release --features slow-tests --test mnist -- --ignored"]
+fn float8_from_mixed_bfloat16_reaches_the_float32_accuracy_within_one_point_on_flex() {
+    let float32 = accuracy(Policy::float32());
+    let fp8 = accuracy(Policy::float8_from_mixed_bfloat16());
+    eprintln!("test accuracy: float32 {float32:.4}, float8_from_mixed_bfloat16 {fp8:.4}");
+    assert!(fp8 >= float32 - 0.01, "FP8: {fp8} vs float32 {float32}");
 }
 
 #[test]

@@ -7,10 +7,12 @@ use burn::module::AutodiffModule;
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Tensor};
+use burn_amp::fp8::Fp8Numerics;
 use burn_amp::{LossScaleOptimizer, MixedPrecision};
 
 use crate::data::{Digit, DigitBatcher, shuffled};
 use crate::model::KerasMlp;
+use crate::numerics;
 use crate::report::{EpochLine, Progress};
 use crate::run::{Options, test_accuracy};
 use burn::data::dataloader::batcher::Batcher;
@@ -33,11 +35,31 @@ pub fn train<B: AutodiffBackend>(
         let mut loss_sum = Tensor::<M<B>, 1>::zeros([1], device);
         let mut correct = 0usize;
         let mut seen = 0usize;
-        for chunk in order.chunks(options.batch_size) {
+        let steps = order.len().div_ceil(options.batch_size);
+        for (step, chunk) in order.chunks(options.batch_size).enumerate() {
             let items = chunk.iter().map(|&i| train[i].clone()).collect();
             let batch = <DigitBatcher as Batcher<M<B>, _, _>>::batch(&DigitBatcher, items, device);
             let labels = batch.labels.clone();
-            let output = model.classify(batch);
+            // `--numerics`: the last step of the run is recorded, forward and backward.
+            let last = epoch == options.epochs && step + 1 == steps;
+            let (output, grads) = match (&options.numerics, last) {
+                (Some(path), true) => {
+                    let ((output, grads), report) = Fp8Numerics::record(|| {
+                        let output = model.classify(batch);
+                        let grads = output.loss.backward();
+                        (output, grads)
+                    });
+                    if let Err(message) = numerics::publish(&report, path) {
+                        eprintln!("error: {message}");
+                    }
+                    (output, grads)
+                }
+                _ => {
+                    let output = model.classify(batch);
+                    let grads = output.loss.backward();
+                    (output, grads)
+                }
+            };
             let n = chunk.len();
             loss_sum = loss_sum + output.loss.clone().detach().mul_scalar(n as f64);
             let predicted = output.output.clone().detach().argmax(1).squeeze_dim::<1>(1);
@@ -45,7 +67,7 @@ pub fn train<B: AutodiffBackend>(
             correct += hits.elem::<i64>() as usize;
             seen += n;
 
-            let grads = GradientsParams::from_grads(output.loss.backward(), &model);
+            let grads = GradientsParams::from_grads(grads, &model);
             model = optim.step(options.lr, model, grads);
             progress.update(epoch, seen, train.len(), None);
         }

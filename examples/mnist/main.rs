@@ -5,6 +5,7 @@
 //! cargo run --release --example mnist                                   # mixed_float16, Flex
 //! cargo run --release --example mnist -- --policy mixed_bfloat16 --learner
 //! cargo run --release --example mnist -- --backend wgpu --epochs 2
+//! cargo run --release --example mnist -- --policy float8_from_mixed_bfloat16 --numerics
 //! ```
 //!
 //! The last line printed is `test_accuracy=<value>`.
@@ -13,6 +14,7 @@ mod custom_loop;
 mod data;
 mod learner;
 mod model;
+mod numerics;
 mod report;
 mod run;
 
@@ -25,16 +27,20 @@ use run::{Mode, Options};
 const USAGE: &str = "\
 usage: mnist [--policy NAME] [--backend flex|wgpu|cuda|ndarray] [--epochs N]
              [--batch-size N] [--lr X] [--seed N] [--learner | --custom-loop] [--data DIR]
-             [--train-size N]
+             [--train-size N] [--numerics [--numerics-png FILE]]
 
-  --policy      a dtype policy: float32, mixed_float16 (default), mixed_bfloat16, ...
+  --policy      a dtype policy: float32, mixed_float16 (default), mixed_bfloat16,
+                float8_from_mixed_bfloat16, float8_from_mixed_float16, ...
   --backend     flex (default; CPU), wgpu, cuda (needs --features cuda), ndarray
   --epochs      passes over the 8,000 training digits (default 5)
   --batch-size  default 128
   --lr          Adam's learning rate (default 1e-3)
   --learner     train with burn-train's Learner; --custom-loop (default) with a plain loop
   --data        the directory holding the IDX files (default examples/data/mnist-10k)
-  --train-size  train on the first N of the 8,000 training digits (for quick timings)";
+  --train-size  train on the first N of the 8,000 training digits (for quick timings)
+  --numerics    under an FP8 policy, print the FP8 numerics of the last training step
+                (amax, underflow and saturation per matmul site) and draw its histogram
+  --numerics-png  where the histogram goes (default target/mnist-fp8-numerics.png)";
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum BackendKind {
@@ -79,6 +85,10 @@ fn parse(args: impl Iterator<Item = String>) -> Result<(Options, BackendKind), S
             "--seed" => options.seed = number("--seed", value("--seed")?)?,
             "--data" => options.data = PathBuf::from(value("--data")?),
             "--train-size" => options.train_size = number("--train-size", value("--train-size")?)?,
+            "--numerics" => {
+                options.numerics.get_or_insert_with(default_numerics_png);
+            }
+            "--numerics-png" => options.numerics = Some(PathBuf::from(value("--numerics-png")?)),
             "--learner" => options.mode = Mode::Learner,
             "--custom-loop" => options.mode = Mode::CustomLoop,
             "--help" | "-h" => return Err(String::new()),
@@ -88,10 +98,17 @@ fn parse(args: impl Iterator<Item = String>) -> Result<(Options, BackendKind), S
     if options.epochs == 0 || options.batch_size == 0 || options.train_size == 0 {
         return Err("--epochs, --batch-size and --train-size must be at least 1".into());
     }
+    if options.numerics.is_some() && options.mode == Mode::Learner {
+        return Err("--numerics records a step of the custom loop; drop --learner".into());
+    }
     if !(options.lr.is_finite() && options.lr > 0.0) {
         return Err("--lr must be a positive number".into());
     }
     Ok((options, backend))
+}
+
+fn default_numerics_png() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mnist-fp8-numerics.png")
 }
 
 fn main() {

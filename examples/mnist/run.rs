@@ -28,6 +28,8 @@ pub struct Options {
     pub data: PathBuf,
     /// Train on the first this many of the 8,000 training digits (for quick measurements).
     pub train_size: usize,
+    /// `--numerics`: where the FP8 numerics histogram of the last step goes.
+    pub numerics: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -41,6 +43,7 @@ impl Default for Options {
             mode: Mode::CustomLoop,
             data: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/data/mnist-10k"),
             train_size: TRAIN,
+            numerics: None,
         }
     }
 }

@@ -4,11 +4,12 @@
 
 use burn_amp_kernels::fp8::launch::BlockLayout;
 use burn_amp_kernels::fp8::reference;
-use burn_amp_kernels::fp8::scale::{ScaleRule, amax_bits, block_scale};
+use burn_amp_kernels::fp8::scale::{ScaleRule, amax_bits, block_scale, flush};
 use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format};
+use burn_tensor::TensorMetadata;
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::{FloatTensor, IntTensor};
-use burn_tensor::{FloatDType, TensorData, read_sync};
+use burn_tensor::{DType, FloatDType, TensorData, read_sync};
 
 /// A backend that can quantize to and from FP8.
 ///
@@ -102,6 +103,121 @@ pub trait Fp8Backend: Backend {
             Self::float_cast(out, dtype)
         }
     }
+
+    /// The values of a flat `tensor` rounded to FP8 and back, in its own dtype: scales from
+    /// each block's amax by `rule`, then quantize and dequantize — what FP8 training feeds
+    /// its matmuls. The same values as [`fp8_amax`](Self::fp8_amax),
+    /// [`fp8_scales`](Self::fp8_scales), [`fp8_quantize`](Self::fp8_quantize) and
+    /// [`fp8_dequantize`](Self::fp8_dequantize) in a row; the portable path does it in one
+    /// pass over the host copy.
+    fn fp8_fake_quantize(
+        tensor: FloatTensor<Self>,
+        layout: BlockLayout,
+        cast: Fp8Cast,
+        rule: ScaleRule,
+    ) -> FloatTensor<Self> {
+        let device = Self::float_device(&tensor);
+        let dtype = FloatDType::from(tensor.dtype());
+        let data = read_sync(Self::float_into_data(tensor)).expect("the tensor can be read back");
+        let values = f32_values(data);
+        let mut amax = vec![0u32; layout.num_blocks() as usize];
+        for (i, v) in values.iter().enumerate() {
+            let block = &mut amax[layout.block_of(i as u32) as usize];
+            *block = (*block).max(v.to_bits() & 0x7fff_ffff);
+        }
+        let scales: Vec<_> = amax
+            .iter()
+            .map(|a| block_scale(*a, cast.format, rule))
+            .collect();
+        let decoded: Vec<f32> = (0..=255u8)
+            .map(|c| reference::decode(c, cast.format))
+            .collect();
+        let round_trip = |i: usize, x: f32| {
+            let s = scales[layout.block_of(i as u32) as usize];
+            let code = reference::encode_scaled(x, s.scale, cast, i as u32);
+            let value = decoded[code as usize];
+            if s.scale_inv == 1.0 {
+                value
+            } else {
+                flush(value * s.scale_inv)
+            }
+        };
+        let data = match dtype {
+            FloatDType::F16 => TensorData::new(
+                parallel_map(&values, |i, x| half::f16::from_f32(round_trip(i, x))),
+                [values.len()],
+            ),
+            FloatDType::BF16 => TensorData::new(
+                parallel_map(&values, |i, x| half::bf16::from_f32(round_trip(i, x))),
+                [values.len()],
+            ),
+            _ => TensorData::new(parallel_map(&values, round_trip), [values.len()]),
+        };
+        let out = Self::float_from_data(data, &device);
+        if FloatDType::from(out.dtype()) == dtype {
+            out
+        } else {
+            Self::float_cast(out, dtype)
+        }
+    }
+}
+
+/// The values of float `data` as f32 (exact for f16 and bf16).
+fn f32_values(data: TensorData) -> Vec<f32> {
+    match data.dtype {
+        DType::F32 => data.into_vec::<f32>().expect("f32 data"),
+        DType::F16 => data
+            .as_slice::<half::f16>()
+            .expect("f16 data")
+            .iter()
+            .map(|v| v.to_f32())
+            .collect(),
+        DType::BF16 => data
+            .as_slice::<half::bf16>()
+            .expect("bf16 data")
+            .iter()
+            .map(|v| v.to_f32())
+            .collect(),
+        _ => data.convert::<f32>().to_vec::<f32>().expect("f32 data"),
+    }
+}
+
+/// `f(i, values[i])` for every element, on all cores for large inputs (the portable path
+/// runs on the CPU; each element's result depends only on itself and its index).
+fn parallel_map<T: Send + Default + Clone>(
+    values: &[f32],
+    f: impl Fn(usize, f32) -> T + Sync,
+) -> Vec<T> {
+    const MIN_CHUNK: usize = 1 << 18;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = values.len().div_ceil(threads).max(MIN_CHUNK);
+    let mut out = vec![T::default(); values.len()];
+    std::thread::scope(|scope| {
+        for (c, (input, output)) in values.chunks(chunk).zip(out.chunks_mut(chunk)).enumerate() {
+            let f = &f;
+            scope.spawn(move || {
+                for (j, (x, o)) in input.iter().zip(output.iter_mut()).enumerate() {
+                    *o = f(c * chunk + j, *x);
+                }
+            });
+        }
+    });
+    out
+}
+
+/// [`Fp8Backend::fp8_fake_quantize`] from the backend's four FP8 operations: what the
+/// kernel backends run (four launches, the values never leave the device).
+pub(crate) fn composed_fake_quantize<B: Fp8Backend>(
+    tensor: FloatTensor<B>,
+    layout: BlockLayout,
+    cast: Fp8Cast,
+    rule: ScaleRule,
+) -> FloatTensor<B> {
+    let dtype = FloatDType::from(tensor.dtype());
+    let amax = B::fp8_amax(tensor.clone(), layout);
+    let (scales, scale_invs) = B::fp8_scales(amax, cast.format, rule);
+    let codes = B::fp8_quantize(tensor, scales, layout, cast);
+    B::fp8_dequantize(codes, scale_invs, layout, cast.format, dtype)
 }
 
 /// A float tensor's values on the host, as f32 (exact for f16 and bf16).

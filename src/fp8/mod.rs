@@ -1,5 +1,6 @@
 //! FP8 tensors on any backend: [`Fp8Tensor::quantize`] with a scaling [`Fp8Recipe`],
-//! [`Fp8Tensor::dequantize`], and [`DelayedScaling`] for amax-history scaling.
+//! [`Fp8Tensor::dequantize`], and [`DelayedScaling`] for amax-history scaling; FP8
+//! training through the decorator in [`training`].
 //!
 //! The formats, rounding and overflow rules are those of `burn_amp_kernels::fp8` (OCP E4M3
 //! and E5M2, any exponent bias in 0..=63, round-to-nearest-even or stochastic rounding,
@@ -11,6 +12,7 @@ mod delayed;
 mod error;
 mod recipe;
 mod tensor;
+pub mod training;
 
 pub use backend::Fp8Backend;
 pub use burn_amp_kernels::fp8::launch::BlockLayout;
@@ -20,3 +22,4 @@ pub use delayed::{AmaxCompute, DelayedScaling, DelayedScalingItem};
 pub use error::Fp8Error;
 pub use recipe::Fp8Recipe;
 pub use tensor::Fp8Tensor;
+pub use training::{Fp8Numerics, Fp8Role, Fp8Scaling};

@@ -55,6 +55,16 @@ impl<B: Fp8Backend, C: CheckpointStrategy> Fp8Backend for Autodiff<B, C> {
         let out = B::fp8_dequantize(codes, Ad::<B, C>::inner(scale_invs), layout, format, dtype);
         Ad::<B, C>::from_inner(out)
     }
+
+    fn fp8_fake_quantize(
+        tensor: FloatTensor<Self>,
+        layout: BlockLayout,
+        cast: Fp8Cast,
+        rule: ScaleRule,
+    ) -> FloatTensor<Self> {
+        let out = B::fp8_fake_quantize(Ad::<B, C>::inner(tensor), layout, cast, rule);
+        Ad::<B, C>::from_inner(out)
+    }
 }
 
 impl<B: AccumBackend, C: CheckpointStrategy> AccumBackend for Autodiff<B, C> {

@@ -14,6 +14,7 @@ use burn_amp_kernels::accum::{self, AccumConfig, Fp8MatmulConfig};
 
 use crate::accum::AccumBackend;
 use crate::fp8::Fp8Backend;
+use crate::fp8::backend::composed_fake_quantize;
 
 /// Runs `$body` with `$F` bound to the Rust type of the float dtype `$dtype`.
 macro_rules! with_float {
@@ -131,6 +132,15 @@ where
             format,
         ));
         output(&codes, handle, layout.len as usize, dtype)
+    }
+
+    fn fp8_fake_quantize(
+        tensor: CubeTensor<R>,
+        layout: BlockLayout,
+        cast: Fp8Cast,
+        rule: ScaleRule,
+    ) -> CubeTensor<R> {
+        composed_fake_quantize::<Self>(tensor, layout, cast, rule)
     }
 }
 

@@ -43,6 +43,15 @@ impl<B: Fp8Backend> Fp8Backend for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         B::fp8_dequantize(codes, scale_invs, layout, format, dtype)
     }
+
+    fn fp8_fake_quantize(
+        tensor: FloatTensor<Self>,
+        layout: BlockLayout,
+        cast: Fp8Cast,
+        rule: ScaleRule,
+    ) -> FloatTensor<Self> {
+        B::fp8_fake_quantize(tensor, layout, cast, rule)
+    }
 }
 
 impl<B: AccumBackend> AccumBackend for MixedPrecision<B> {

@@ -18,6 +18,7 @@ use burn_amp_kernels::accum::{AccumConfig, Fp8MatmulConfig};
 
 use crate::accum::AccumBackend;
 use crate::fp8::Fp8Backend;
+use crate::fp8::backend::composed_fake_quantize;
 
 type Handles<B> =
     HandleContainer<<<B as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle>;
@@ -191,6 +192,15 @@ impl<B: FusionBackend + Fp8Backend + AccumBackend> Fp8Backend for Fusion<B> {
             &[(layout.len as usize, dtype.into())],
         )
         .output()
+    }
+
+    fn fp8_fake_quantize(
+        tensor: FloatTensor<Self>,
+        layout: BlockLayout,
+        cast: Fp8Cast,
+        rule: ScaleRule,
+    ) -> FloatTensor<Self> {
+        composed_fake_quantize::<Self>(tensor, layout, cast, rule)
     }
 }
 

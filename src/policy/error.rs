@@ -3,7 +3,7 @@
 use burn_tensor::FloatDType;
 
 use super::Policy;
-use super::parse::{SPEC_EXAMPLE, VALID_NAMES};
+use super::parse::{FP8_NAMES, SPEC_EXAMPLE, VALID_NAMES};
 
 /// Why a policy could not be built or used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -11,8 +11,9 @@ use super::parse::{SPEC_EXAMPLE, VALID_NAMES};
 pub enum PolicyError {
     /// The string is neither a policy name nor a `params=…,compute=…,output=…` spec.
     #[error(
-        "unknown dtype policy {name:?}: valid names are {}, or a spec such as \"{}\"",
+        "unknown dtype policy {name:?}: valid names are {}, {}, or a spec such as \"{}\"",
         VALID_NAMES.join(", "),
+        FP8_NAMES.join(", "),
         SPEC_EXAMPLE
     )]
     UnknownName {
@@ -42,6 +43,20 @@ pub enum PolicyError {
         /// The first dtype of the policy that the device lacks.
         dtype: FloatDType,
         /// The nearest policy the device can run.
+        suggestion: Policy,
+    },
+    /// An FP8 policy on a backend burn-amp has no FP8 operations registered for.
+    #[error(
+        "backend {backend} cannot run FP8 policy {policy}: burn-amp has no FP8 operations \
+         registered for it; call `burn_amp::fp8::training::register::<B>()` once with the \
+         inner backend (it must implement `burn_amp::fp8::Fp8Backend`), or use {suggestion}"
+    )]
+    Fp8Unavailable {
+        /// The backend's name (`Backend::name`).
+        backend: String,
+        /// The policy that was asked for.
+        policy: Policy,
+        /// The same policy without FP8.
         suggestion: Policy,
     },
 }

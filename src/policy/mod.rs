@@ -14,6 +14,12 @@
 //! Any other combination is written the jmp way,
 //! `params=float32,compute=bfloat16,output=float32`.
 //!
+//! Keras' FP8 policies put a name after `float8_from_`: `float8_from_mixed_bfloat16` and
+//! `float8_from_mixed_float16` are those mixed policies, with every matmul, linear and
+//! convolution fed E4M3 inputs in the forward pass and an E5M2 gradient in the backward
+//! pass (see [`crate::fp8::training`]). In a spec, the key `fp8=tensor` or `fp8=blockwise`
+//! does the same.
+//!
 //! Which policy an op runs under is decided in [`scope`]: a scoped override
 //! ([`with_policy`]) wins over a per-device policy
 //! ([`MixedPrecision::set_policy`](crate::MixedPrecision::set_policy)), which wins over the
@@ -30,6 +36,8 @@ pub use parse::IntoPolicy;
 pub use scope::{global_policy, set_global_policy, with_policy};
 
 use burn_tensor::FloatDType;
+
+use crate::fp8::Fp8Scaling;
 
 /// A dtype policy: the variable, compute and output dtypes of a model.
 ///
@@ -57,6 +65,7 @@ pub struct Policy {
     variable: FloatDType,
     compute: FloatDType,
     output: FloatDType,
+    fp8: Option<Fp8Scaling>,
 }
 
 impl Policy {
@@ -85,6 +94,36 @@ impl Policy {
     /// exponent range, so no loss scale is needed.
     pub const fn mixed_bfloat16() -> Self {
         Self::from_dtypes(FloatDType::F32, FloatDType::BF16, FloatDType::F32)
+    }
+
+    /// `mixed_bfloat16` with FP8 matmuls (Keras' `"float8_from_mixed_bfloat16"`): E4M3
+    /// inputs forward, E5M2 gradients backward, per-tensor current scaling.
+    pub const fn float8_from_mixed_bfloat16() -> Self {
+        Self::mixed_bfloat16().with_fp8_scaling(Fp8Scaling::PerTensor)
+    }
+
+    /// `mixed_float16` with FP8 matmuls (Keras' `"float8_from_mixed_float16"`); train it
+    /// with a loss scale, as `mixed_float16`.
+    pub const fn float8_from_mixed_float16() -> Self {
+        Self::mixed_float16().with_fp8_scaling(Fp8Scaling::PerTensor)
+    }
+
+    /// The same dtypes, with FP8 matmuls scaled by `scaling`.
+    pub const fn with_fp8_scaling(mut self, scaling: Fp8Scaling) -> Self {
+        self.fp8 = Some(scaling);
+        self
+    }
+
+    /// The same dtypes, without FP8 (the policy an FP8 policy is "from").
+    pub const fn without_fp8(mut self) -> Self {
+        self.fp8 = None;
+        self
+    }
+
+    /// How matmuls, linears and convolutions are scaled into FP8, or `None` when they run
+    /// in the compute dtype.
+    pub fn fp8_scaling(&self) -> Option<Fp8Scaling> {
+        self.fp8
     }
 
     /// A policy from its three dtypes.
@@ -118,6 +157,7 @@ impl Policy {
             variable,
             compute,
             output,
+            fp8: None,
         }
     }
 
@@ -142,11 +182,12 @@ impl Policy {
         self.to_string()
     }
 
-    /// Whether any dtype of the policy is narrower than f32.
+    /// Whether any dtype of the policy is narrower than f32, FP8 included.
     pub fn is_reduced_precision(&self) -> bool {
-        [self.variable, self.compute, self.output]
-            .iter()
-            .any(|d| matches!(d, FloatDType::F16 | FloatDType::BF16))
+        self.fp8.is_some()
+            || [self.variable, self.compute, self.output]
+                .iter()
+                .any(|d| matches!(d, FloatDType::F16 | FloatDType::BF16))
     }
 
     /// Whether gradients need a loss scale to survive: true when the compute dtype is f16,

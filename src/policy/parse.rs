@@ -6,6 +6,7 @@ use core::str::FromStr;
 use burn_tensor::FloatDType;
 
 use super::{Policy, PolicyError};
+use crate::fp8::Fp8Scaling;
 
 /// The Keras policy names [`Policy`] parses.
 pub(crate) const VALID_NAMES: [&str; 5] = [
@@ -16,10 +17,24 @@ pub(crate) const VALID_NAMES: [&str; 5] = [
     "mixed_bfloat16",
 ];
 
+/// The FP8 policies, shown in errors (any name of [`VALID_NAMES`] after `float8_from_`
+/// parses too).
+pub(crate) const FP8_NAMES: [&str; 2] = ["float8_from_mixed_bfloat16", "float8_from_mixed_float16"];
+
+/// The prefix of Keras' FP8 policy names.
+const FP8_PREFIX: &str = "float8_from_";
+
 /// An example of the jmp-style spec, shown in errors.
 pub(crate) const SPEC_EXAMPLE: &str = "params=float32,compute=bfloat16,output=float32";
 
 fn named(name: &str) -> Option<Policy> {
+    if let Some(base) = name.strip_prefix(FP8_PREFIX) {
+        return named_dtypes(base).map(|p| p.with_fp8_scaling(Fp8Scaling::PerTensor));
+    }
+    named_dtypes(name)
+}
+
+fn named_dtypes(name: &str) -> Option<Policy> {
     Some(match name {
         "float32" => Policy::float32(),
         "float16" => Policy::float16(),
@@ -55,17 +70,33 @@ fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
         reason,
     };
     let mut fields: [Option<FloatDType>; 3] = [None; 3];
+    let mut fp8 = None;
     for part in spec.split(',') {
         let (key, value) = part
             .split_once('=')
             .ok_or_else(|| invalid(format!("{part:?} is not of the form key=dtype")))?;
+        if key.trim() == "fp8" {
+            let value = value.trim();
+            let scaling = match value {
+                "none" => None,
+                other => Some(Fp8Scaling::from_name(other).ok_or_else(|| {
+                    invalid(format!(
+                        "unknown fp8 scaling {other:?}; use tensor, blockwise or none"
+                    ))
+                })?),
+            };
+            if fp8.replace(scaling).is_some() {
+                return Err(invalid("key \"fp8\" is given twice".into()));
+            }
+            continue;
+        }
         let slot = match key.trim() {
             "params" | "param" | "p" => 0,
             "compute" | "c" => 1,
             "output" | "o" => 2,
             other => {
                 return Err(invalid(format!(
-                    "unknown key {other:?}; the keys are params, compute and output"
+                    "unknown key {other:?}; the keys are params, compute, output and fp8"
                 )));
             }
         };
@@ -80,7 +111,11 @@ fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
         }
     }
     let [p, c, o] = fields.map(|f| f.unwrap_or(FloatDType::F32));
-    Policy::new(p, c, o)
+    let policy = Policy::new(p, c, o)?;
+    Ok(match fp8.flatten() {
+        Some(scaling) => policy.with_fp8_scaling(scaling),
+        None => policy,
+    })
 }
 
 impl FromStr for Policy {
@@ -104,10 +139,19 @@ impl FromStr for Policy {
 }
 
 impl fmt::Display for Policy {
-    /// Writes the Keras name where the policy has one, else its jmp-style spec.
+    /// Writes the Keras name where the policy has one (`float8_from_…` for per-tensor FP8),
+    /// else its jmp-style spec.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(name) = VALID_NAMES.iter().find(|n| named(n).as_ref() == Some(self)) {
-            return f.write_str(name);
+        let base = self.without_fp8();
+        let keras = VALID_NAMES
+            .iter()
+            .find(|n| named_dtypes(n).as_ref() == Some(&base));
+        match (keras, self.fp8) {
+            (Some(name), None) => return f.write_str(name),
+            (Some(name), Some(Fp8Scaling::PerTensor)) => {
+                return write!(f, "{FP8_PREFIX}{name}");
+            }
+            _ => {}
         }
         let name = |d| dtype_name(d).unwrap_or("float32");
         write!(
@@ -116,7 +160,11 @@ impl fmt::Display for Policy {
             name(self.variable),
             name(self.compute),
             name(self.output)
-        )
+        )?;
+        match self.fp8 {
+            Some(scaling) => write!(f, ",fp8={scaling}"),
+            None => Ok(()),
+        }
     }
 }
 

@@ -131,11 +131,24 @@ pub(crate) fn current<D: DeviceOps + 'static>(device: &D) -> Policy {
     global_policy()
 }
 
-/// Checks that backend `B` runs every dtype of `policy` on `device`.
+/// Checks that backend `B` runs every dtype of `policy` on `device`, and has FP8
+/// operations registered when the policy asks for FP8.
 pub(crate) fn check<B: Backend>(device: &B::Device, policy: Policy) -> Result<(), PolicyError> {
     if !policy.is_reduced_precision() {
         return Ok(());
     }
+    check_dtypes::<B>(device, policy)?;
+    if policy.fp8_scaling().is_some() && crate::fp8::training::registry::lookup::<B>().is_none() {
+        return Err(PolicyError::Fp8Unavailable {
+            backend: B::name(device),
+            policy,
+            suggestion: policy.without_fp8(),
+        });
+    }
+    Ok(())
+}
+
+fn check_dtypes<B: Backend>(device: &B::Device, policy: Policy) -> Result<(), PolicyError> {
     let key = (TypeId::of::<B>(), device.id(), policy);
     if let Some(result) = CHECKED.with(|c| c.borrow().get(&key).cloned()) {
         return result;
@@ -166,11 +179,12 @@ fn suggestion<B: Backend>(device: &B::Device, policy: Policy) -> Policy {
         FloatDType::BF16 => FloatDType::F16,
         other => other,
     };
-    let alternative = Policy::from_dtypes(
+    let mut alternative = Policy::from_dtypes(
         swap(policy.variable),
         swap(policy.compute),
         swap(policy.output),
     );
+    alternative.fp8 = policy.fp8;
     let runs = alternative
         .required_dtypes()
         .into_iter()

@@ -11,6 +11,8 @@ use burn_tensor::ops::{
 };
 
 use crate::MixedPrecision;
+use crate::fp8::Fp8Role;
+use crate::fp8::training::site::{Site, without_fp8};
 use crate::policy::autocast;
 
 /// Casts the inputs of a compute-class module op (`x` first, then the others) to the
@@ -35,7 +37,14 @@ macro_rules! conv_ops {
                 options: $options,
             ) -> FloatTensor<Self> {
                 compute_inputs!(x, weight; bias);
-                B::$name(x, weight, bias, options)
+                match Site::<B>::begin(stringify!($name), &x, &weight) {
+                    Some(site) => {
+                        let x = site.quantize(x, Fp8Role::Input);
+                        let weight = site.quantize(weight, Fp8Role::Weight);
+                        site.output(B::$name(x, weight, bias, options))
+                    }
+                    None => B::$name(x, weight, bias, options),
+                }
             }
         )*
     };
@@ -48,7 +57,14 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         bias: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
         compute_inputs!(x, weight; bias);
-        B::linear(x, weight, bias)
+        match Site::<B>::begin("linear", &x, &weight) {
+            Some(site) => {
+                let x = site.quantize(x, Fp8Role::Input);
+                let weight = site.quantize(weight, Fp8Role::Weight);
+                site.output(B::linear(x, weight, bias))
+            }
+            None => B::linear(x, weight, bias),
+        }
     }
 
     conv_ops! {
@@ -83,8 +99,11 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         if B::ad_enabled(&B::float_device(&query)) {
             // An autodiff backend decomposes attention into matmuls and a softmax anyway;
             // decomposing it here instead sends those ops through the casting rules, so
-            // the scores' softmax runs in f32 and the two matmuls in the compute dtype.
-            return attention_fallback::<Self>(query, key, value, mask, attn_bias, options);
+            // the scores' softmax runs in f32 and the two matmuls in the compute dtype (not
+            // in FP8: FP8 recipes leave attention's products in 16 bits).
+            return without_fp8(|| {
+                attention_fallback::<Self>(query, key, value, mask, attn_bias, options)
+            });
         }
         // Inference keeps the inner backend's fused kernel, fed in the compute dtype.
         compute_inputs!(query, key, value; attn_bias);

@@ -1,6 +1,8 @@
 //! `FloatTensorOps`: creation in the variable dtype, matmul in the compute dtype, the
 //! sensitive math in f32, mixed inputs promoted, everything else forwarded.
 
+use crate::fp8::Fp8Role;
+use crate::fp8::training::site::Site;
 use burn_tensor::backend::{Backend, ExecutionError};
 use burn_tensor::ops::{
     BoolTensor, Device, FloatTensor, FloatTensorOps, GridSampleOptions, IntTensor,
@@ -23,6 +25,19 @@ fn creation_dtype<B: Backend>(device: &B::Device, requested: FloatDType) -> Floa
 }
 
 impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
+    /// Compute class; under an FP8 policy both operands are rounded to E4M3 first.
+    fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        let [lhs, rhs] = autocast::to_compute::<B, 2>([lhs, rhs]);
+        match Site::<B>::begin("matmul", &lhs, &rhs) {
+            Some(site) => {
+                let lhs = site.quantize(lhs, Fp8Role::Input);
+                let rhs = site.quantize(rhs, Fp8Role::Weight);
+                site.output(B::float_matmul(lhs, rhs))
+            }
+            None => B::float_matmul(lhs, rhs),
+        }
+    }
+
     fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self> {
         let requested = FloatDType::from(data.dtype);
         let tensor = B::float_from_data(data, device);
@@ -122,8 +137,6 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     }
 
     autocast! { B;
-        // Compute class.
-        to_compute fn float_matmul(lhs, rhs) -> FloatTensor<Self>;
 
         // Float32 class: exp/log/pow, the trigonometry PyTorch lists as f32, reductions.
         to_f32 fn float_exp(tensor) -> FloatTensor<Self>;

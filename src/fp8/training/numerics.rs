@@ -1,0 +1,351 @@
+//! The FP8 numerics report: for every FP8 matmul site of a training step, and for each of
+//! its tensors (input, weight, incoming gradient), the amax and the share of values that
+//! underflow to zero or saturate in E4M3 and in E5M2 under the policy's scaling, plus a
+//! histogram of where the scaled values fall against each format's range.
+//!
+//! Recording reads every quantized tensor back to the host, so it is meant for a step or
+//! two (the MNIST example's `--numerics`), not for every step of a run.
+
+use core::fmt;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+
+use burn_amp_kernels::fp8::reference::{decode, encode_scaled};
+use burn_amp_kernels::fp8::scale::{ScaleRule, block_scale};
+use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format};
+use burn_tensor::Shape;
+use burn_tensor::backend::Backend;
+use burn_tensor::ops::FloatTensor;
+
+use super::scaling::Fp8Role;
+use crate::fp8::Fp8Recipe;
+use crate::fp8::backend::host_f32;
+
+thread_local! {
+    /// Recording is per thread, as Burn records a step's ops on the thread that runs it.
+    static RECORDING: Cell<bool> = const { Cell::new(false) };
+    static RECORDER: RefCell<Option<Recorder>> = const { RefCell::new(None) };
+}
+
+/// The two FP8 formats, in report order.
+pub const FORMATS: [Fp8Format; 2] = [Fp8Format::E4M3, Fp8Format::E5M2];
+
+/// The lowest exponent bin of [`Fp8Numerics`]' histograms: `floor(log2 |scaled value|)`
+/// below it is counted in this bin.
+pub const HISTOGRAM_MIN_EXPONENT: i32 = -32;
+/// The highest exponent bin (E5M2's largest value is below `2^16`).
+pub const HISTOGRAM_MAX_EXPONENT: i32 = 16;
+
+#[derive(Default)]
+struct Recorder {
+    sites: BTreeMap<u32, SiteNumerics>,
+    next_site: u32,
+}
+
+pub(crate) fn is_recording() -> bool {
+    RECORDING.with(Cell::get)
+}
+
+fn with_recorder<R>(f: impl FnOnce(&mut Recorder) -> R) -> R {
+    RECORDER.with(|r| f(r.borrow_mut().get_or_insert_with(Recorder::default)))
+}
+
+/// Numbers a new FP8 site of the forward pass (`kind` and operand shapes make its label).
+/// Sites are numbered in call order from the last backward pass on, so the same layer gets
+/// the same number at every step.
+pub(crate) fn next_site(kind: &str, lhs: &Shape, rhs: &Shape) -> u32 {
+    if !is_recording() {
+        return 0;
+    }
+    with_recorder(|recorder| {
+        let site = recorder.next_site;
+        recorder.next_site += 1;
+        recorder.sites.entry(site).or_insert_with(|| SiteNumerics {
+            site,
+            label: format!("{kind} {:?} x {:?}", lhs.as_slice(), rhs.as_slice()),
+            roles: BTreeMap::new(),
+        });
+        site
+    })
+}
+
+/// A backward pass starts: the next forward pass numbers its sites from 0 again.
+pub(crate) fn on_backward() {
+    if is_recording() {
+        with_recorder(|recorder| recorder.next_site = 0);
+    }
+}
+
+/// Adds one quantized tensor (flattened, with its original `shape`) to the report.
+pub(crate) fn record<I: Backend>(
+    site: u32,
+    role: Fp8Role,
+    recipe: Fp8Recipe,
+    flat: FloatTensor<I>,
+    shape: &Shape,
+) {
+    let values = host_f32::<I>(flat);
+    let Ok(layout) = recipe.layout(shape) else {
+        return;
+    };
+    let rule = recipe.rule().unwrap_or(ScaleRule::Float { margin: 0 });
+    let mut amaxes = vec![0f32; layout.num_blocks() as usize];
+    for (i, v) in values.iter().enumerate() {
+        let block = &mut amaxes[layout.block_of(i as u32) as usize];
+        *block = if v.is_nan() || block.is_nan() {
+            f32::NAN
+        } else {
+            block.max(v.abs())
+        };
+    }
+    let mut stats = RoleNumerics::new(role);
+    for (f, format) in FORMATS.iter().enumerate() {
+        let cast = Fp8Cast::new(*format);
+        let scales: Vec<f32> = amaxes
+            .iter()
+            .map(|a| block_scale(a.abs().to_bits(), *format, rule).scale)
+            .collect();
+        let own = *format == role.cast().format;
+        for (i, v) in values.iter().enumerate() {
+            let scale = scales[layout.block_of(i as u32) as usize];
+            if f == 0 {
+                stats.count += 1;
+                if *v == 0.0 {
+                    stats.zeros += 1;
+                } else if !v.is_finite() {
+                    stats.non_finite += 1;
+                }
+                if v.is_finite() {
+                    stats.amax = stats.amax.max(v.abs());
+                }
+            }
+            if *v == 0.0 || !v.is_finite() {
+                continue;
+            }
+            let scaled = v * scale;
+            if scaled.abs() > format.max() {
+                stats.saturated[f] += 1;
+            } else if decode(encode_scaled(*v, scale, cast, i as u32), *format) == 0.0 {
+                stats.underflow[f] += 1;
+            }
+            if own {
+                let exponent = scaled.abs().log2().floor() as i32;
+                let bin = exponent.clamp(HISTOGRAM_MIN_EXPONENT, HISTOGRAM_MAX_EXPONENT)
+                    - HISTOGRAM_MIN_EXPONENT;
+                stats.histogram[bin as usize] += 1;
+            }
+        }
+    }
+    with_recorder(|recorder| {
+        let entry = recorder.sites.entry(site).or_insert_with(|| SiteNumerics {
+            site,
+            label: format!("site {site}"),
+            roles: BTreeMap::new(),
+        });
+        entry
+            .roles
+            .entry(role)
+            .and_modify(|r| r.merge(&stats))
+            .or_insert(stats);
+    });
+}
+
+/// The numerics of one tensor role at one site, summed over the recorded steps.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoleNumerics {
+    /// What was quantized.
+    pub role: Fp8Role,
+    /// Values seen.
+    pub count: u64,
+    /// The largest finite magnitude seen.
+    pub amax: f32,
+    /// Values that were exactly zero before quantization.
+    pub zeros: u64,
+    /// Infinities and NaNs (they stay non-finite).
+    pub non_finite: u64,
+    /// Nonzero finite values that round to zero, in E4M3 and in E5M2 (see [`FORMATS`]),
+    /// each with that format's scale from the policy's recipe.
+    pub underflow: [u64; 2],
+    /// Values beyond the format's largest value after scaling, in E4M3 and in E5M2.
+    pub saturated: [u64; 2],
+    /// How many nonzero values have `floor(log2 |x * scale|) = e` in the role's own format,
+    /// for `e` from [`HISTOGRAM_MIN_EXPONENT`] to [`HISTOGRAM_MAX_EXPONENT`] (the ends also
+    /// count everything beyond them).
+    pub histogram: Vec<u64>,
+}
+
+impl RoleNumerics {
+    fn new(role: Fp8Role) -> Self {
+        Self {
+            role,
+            count: 0,
+            amax: 0.0,
+            zeros: 0,
+            non_finite: 0,
+            underflow: [0; 2],
+            saturated: [0; 2],
+            histogram: vec![0; (HISTOGRAM_MAX_EXPONENT - HISTOGRAM_MIN_EXPONENT + 1) as usize],
+        }
+    }
+
+    fn merge(&mut self, other: &Self) {
+        self.count += other.count;
+        self.amax = self.amax.max(other.amax);
+        self.zeros += other.zeros;
+        self.non_finite += other.non_finite;
+        for f in 0..2 {
+            self.underflow[f] += other.underflow[f];
+            self.saturated[f] += other.saturated[f];
+        }
+        for (a, b) in self.histogram.iter_mut().zip(&other.histogram) {
+            *a += b;
+        }
+    }
+
+    /// The format this role is quantized to (E4M3 forward, E5M2 backward).
+    pub fn format(&self) -> Fp8Format {
+        self.role.cast().format
+    }
+
+    /// The share of all values that underflow to zero in `format` (E4M3 or E5M2).
+    pub fn underflow_fraction(&self, format: Fp8Format) -> f64 {
+        self.fraction(self.underflow[format_index(format)])
+    }
+
+    /// The share of all values that saturate in `format` (E4M3 or E5M2).
+    pub fn saturation_fraction(&self, format: Fp8Format) -> f64 {
+        self.fraction(self.saturated[format_index(format)])
+    }
+
+    /// The share of values that were zero to begin with.
+    pub fn zero_fraction(&self) -> f64 {
+        self.fraction(self.zeros)
+    }
+
+    fn fraction(&self, n: u64) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            n as f64 / self.count as f64
+        }
+    }
+}
+
+fn format_index(format: Fp8Format) -> usize {
+    usize::from(format.layout() != Fp8Format::E4M3.layout())
+}
+
+/// One FP8 matmul site: a linear, convolution or matmul of the forward pass, numbered in
+/// call order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SiteNumerics {
+    /// The site's number (call order in the forward pass).
+    pub site: u32,
+    /// The op and its operand shapes, e.g. `linear [128, 784] x [784, 4096]`.
+    pub label: String,
+    /// What each role of the site looked like.
+    pub roles: BTreeMap<Fp8Role, RoleNumerics>,
+}
+
+/// The numerics of the FP8 sites seen while recording.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::nn::{Linear, LinearConfig};
+/// use burn::tensor::Tensor;
+/// use burn_amp::fp8::{Fp8Format, Fp8Role, Fp8Numerics};
+/// use burn_amp::{MixedPrecision, Policy, with_policy};
+///
+/// type B = MixedPrecision<Autodiff<Flex>>;
+/// let device = Default::default();
+/// let layer: Linear<B> = LinearConfig::new(16, 4).init(&device);
+/// let x = Tensor::<B, 2>::random([8, 16], burn::tensor::Distribution::Default, &device);
+/// let ((), report) = Fp8Numerics::record(|| {
+///     with_policy(Policy::float8_from_mixed_bfloat16(), || {
+///         let _grads = layer.forward(x).sum().backward();
+///     })
+/// });
+/// let site = &report.sites()[0];
+/// assert!(site.label.starts_with("linear"));
+/// let grad = &site.roles[&Fp8Role::Gradient];
+/// assert_eq!(grad.count, 8 * 4);
+/// assert_eq!(grad.saturation_fraction(Fp8Format::E5M2), 0.0);
+/// println!("{report}");
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Fp8Numerics {
+    sites: Vec<SiteNumerics>,
+}
+
+impl Fp8Numerics {
+    /// Runs `f` (a training step or two) while recording every FP8 site that runs on this
+    /// thread, and returns its result with the report. A `record` inside another one
+    /// records into the inner report only.
+    pub fn record<R>(f: impl FnOnce() -> R) -> (R, Self) {
+        struct Restore(bool, Option<Recorder>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                RECORDING.with(|r| r.set(self.0));
+                RECORDER.with(|r| *r.borrow_mut() = self.1.take());
+            }
+        }
+        let outer = RECORDER.with(|r| r.borrow_mut().replace(Recorder::default()));
+        let restore = Restore(RECORDING.with(|r| r.replace(true)), outer);
+        let out = f();
+        let recorder = RECORDER.with(|r| r.borrow_mut().take()).unwrap_or_default();
+        drop(restore);
+        let sites = recorder.sites.into_values().collect();
+        (out, Self { sites })
+    }
+
+    /// The sites, in call order.
+    pub fn sites(&self) -> &[SiteNumerics] {
+        &self.sites
+    }
+
+    /// Whether no FP8 site ran while recording (no FP8 policy in force, say).
+    pub fn is_empty(&self) -> bool {
+        self.sites.is_empty()
+    }
+
+    /// The histogram of one role summed over all sites (see [`RoleNumerics::histogram`]).
+    pub fn histogram(&self, role: Fp8Role) -> Vec<u64> {
+        let mut total = RoleNumerics::new(role);
+        for stats in self.sites.iter().filter_map(|s| s.roles.get(&role)) {
+            total.merge(stats);
+        }
+        total.histogram
+    }
+}
+
+impl fmt::Display for Fp8Numerics {
+    /// A table: one line per site and role; underflow (`uf`) and saturation (`sat`) in
+    /// percent of all values, for E4M3 and E5M2; `*` marks the format the role uses.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{:<44} {:<6} {:>10} {:>7} {:>9} {:>9} {:>9} {:>9}",
+            "site", "role", "amax", "zero%", "e4m3 uf%", "e4m3 sat%", "e5m2 uf%", "e5m2 sat%"
+        )?;
+        for site in &self.sites {
+            for (role, stats) in &site.roles {
+                let mark = |format: Fp8Format| if stats.format() == format { "*" } else { " " };
+                writeln!(
+                    f,
+                    "{:<44} {:<6} {:>10.3e} {:>7.2} {:>8.3}{} {:>9.3} {:>8.3}{} {:>9.3}",
+                    format!("#{} {}", site.site, site.label),
+                    role.name(),
+                    stats.amax,
+                    100.0 * stats.zero_fraction(),
+                    100.0 * stats.underflow_fraction(Fp8Format::E4M3),
+                    mark(Fp8Format::E4M3),
+                    100.0 * stats.saturation_fraction(Fp8Format::E4M3),
+                    100.0 * stats.underflow_fraction(Fp8Format::E5M2),
+                    mark(Fp8Format::E5M2),
+                    100.0 * stats.saturation_fraction(Fp8Format::E5M2),
+                )?;
+            }
+        }
+        Ok(())
+    }
+}

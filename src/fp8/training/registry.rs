@@ -1,0 +1,114 @@
+//! Which backends FP8 training runs on. [`MixedPrecision<B>`](crate::MixedPrecision) wraps
+//! *any* `B`, and Rust cannot ask "does `B` implement `Fp8Backend`?" inside a blanket impl;
+//! so the FP8 operations of each backend are looked up here by `TypeId`, as plain function
+//! pointers registered by [`register`]. The backends burn-amp is built with are registered
+//! on first use.
+
+use core::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::{LazyLock, RwLock};
+
+use burn::backend::Autodiff;
+use burn::backend::autodiff::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
+use burn_tensor::backend::Backend;
+use burn_tensor::ops::FloatTensor;
+
+use super::quant::{self, Quantize};
+use super::scaling::Fp8Role;
+use crate::fp8::{Fp8Backend, Fp8Recipe};
+
+/// Quantizes a tensor for one role of one site: `(tensor, role, recipe, site)`.
+pub(crate) type QuantFn<B> = fn(FloatTensor<B>, Fp8Role, Fp8Recipe, u32) -> FloatTensor<B>;
+
+/// The FP8 operations of one backend type.
+pub(crate) struct Fp8Ops<B: Backend> {
+    /// Forward: the tensor fake-quantized (FP8 values, in the tensor's dtype), with a
+    /// straight-through gradient when `B` is an autodiff backend.
+    pub quantize: QuantFn<B>,
+    /// Backward: identity forward; the gradient flowing back through it is fake-quantized.
+    /// `None` when `B` records no gradients.
+    pub quantize_grad: Option<QuantFn<B>>,
+}
+
+impl<B: Backend> Clone for Fp8Ops<B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend> Copy for Fp8Ops<B> {}
+
+type Registry = HashMap<TypeId, Box<dyn Any + Send + Sync>>;
+
+static REGISTRY: LazyLock<RwLock<Registry>> = LazyLock::new(|| {
+    let mut map = Registry::new();
+    register_builtin(&mut map);
+    RwLock::new(map)
+});
+
+fn insert<B: Backend>(map: &mut Registry, ops: Fp8Ops<B>) {
+    map.insert(TypeId::of::<B>(), Box::new(ops));
+}
+
+fn insert_all<I: Fp8Backend>(map: &mut Registry) {
+    insert::<I>(
+        map,
+        Fp8Ops {
+            quantize: quant::fake_quantize::<I>,
+            quantize_grad: None,
+        },
+    );
+    insert::<Autodiff<I, NoCheckpointing>>(
+        map,
+        Fp8Ops {
+            quantize: <Autodiff<I, NoCheckpointing> as Quantize>::straight_through,
+            quantize_grad: Some(<Autodiff<I, NoCheckpointing> as Quantize>::quantize_grad),
+        },
+    );
+    insert::<Autodiff<I, BalancedCheckpointing>>(
+        map,
+        Fp8Ops {
+            quantize: <Autodiff<I, BalancedCheckpointing> as Quantize>::straight_through,
+            quantize_grad: Some(<Autodiff<I, BalancedCheckpointing> as Quantize>::quantize_grad),
+        },
+    );
+}
+
+#[allow(unused_variables)]
+fn register_builtin(map: &mut Registry) {
+    #[cfg(feature = "flex")]
+    insert_all::<burn::backend::Flex>(map);
+    #[cfg(feature = "ndarray")]
+    insert_all::<burn::backend::NdArray>(map);
+    #[cfg(feature = "wgpu")]
+    insert_all::<burn::backend::Wgpu>(map);
+    #[cfg(feature = "cuda")]
+    insert_all::<burn::backend::Cuda>(map);
+}
+
+/// Lets FP8 policies run on `MixedPrecision<I>` and `MixedPrecision<Autodiff<I>>` (both
+/// checkpointing strategies). Flex, NdArray, Wgpu and Cuda (as burn-amp's features enable
+/// them) are registered already; call this once for another backend, or for one with other
+/// type parameters (`Wgpu<half::f16>`, say).
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn_amp::MixedPrecision;
+///
+/// burn_amp::fp8::training::register::<Flex>(); // already there: a no-op
+/// MixedPrecision::<Autodiff<Flex>>::set_policy(&Default::default(), "float8_from_mixed_bfloat16")?;
+/// # MixedPrecision::<Autodiff<Flex>>::clear_policy(&Default::default());
+/// # Ok::<(), burn_amp::PolicyError>(())
+/// ```
+pub fn register<I: Fp8Backend>() {
+    let mut map = REGISTRY.write().unwrap_or_else(|e| e.into_inner());
+    insert_all::<I>(&mut map);
+}
+
+/// The FP8 operations of `B`, if registered.
+pub(crate) fn lookup<B: Backend>() -> Option<Fp8Ops<B>> {
+    let map = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
+    map.get(&TypeId::of::<B>())
+        .and_then(|ops| ops.downcast_ref::<Fp8Ops<B>>())
+        .copied()
+}
