@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use burn_amp_kernels::fp8::reference::{decode, encode_scaled};
 use burn_amp_kernels::fp8::scale::{ScaleRule, block_scale};
-use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format};
+use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format, Overflow};
 use burn_tensor::Shape;
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
@@ -100,7 +100,7 @@ pub(crate) fn record<I: Backend>(
     }
     let mut stats = RoleNumerics::new(role);
     for (f, format) in FORMATS.iter().enumerate() {
-        let cast = Fp8Cast::new(*format);
+        let cast = Fp8Cast::new(*format).with_overflow(Overflow::NonSaturating);
         let scales: Vec<f32> = amaxes
             .iter()
             .map(|a| block_scale(a.abs().to_bits(), *format, rule).scale)
@@ -122,14 +122,15 @@ pub(crate) fn record<I: Backend>(
             if *v == 0.0 || !v.is_finite() {
                 continue;
             }
-            let scaled = v * scale;
-            if scaled.abs() > format.max() {
+            // Non-saturating: a value that rounds past the largest one comes back non-finite.
+            let rounded = decode(encode_scaled(*v, scale, cast, i as u32), *format);
+            if !rounded.is_finite() {
                 stats.saturated[f] += 1;
-            } else if decode(encode_scaled(*v, scale, cast, i as u32), *format) == 0.0 {
+            } else if rounded == 0.0 {
                 stats.underflow[f] += 1;
             }
             if own {
-                let exponent = scaled.abs().log2().floor() as i32;
+                let exponent = (v * scale).abs().log2().floor() as i32;
                 let bin = exponent.clamp(HISTOGRAM_MIN_EXPONENT, HISTOGRAM_MAX_EXPONENT)
                     - HISTOGRAM_MIN_EXPONENT;
                 stats.histogram[bin as usize] += 1;
@@ -166,7 +167,8 @@ pub struct RoleNumerics {
     /// Nonzero finite values that round to zero, in E4M3 and in E5M2 (see [`FORMATS`]),
     /// each with that format's scale from the policy's recipe.
     pub underflow: [u64; 2],
-    /// Values beyond the format's largest value after scaling, in E4M3 and in E5M2.
+    /// Values that round past the format's largest value after scaling (saturate, or
+    /// overflow under the OCP rule), in E4M3 and in E5M2.
     pub saturated: [u64; 2],
     /// How many nonzero values have `floor(log2 |x * scale|) = e` in the role's own format,
     /// for `e` from [`HISTOGRAM_MIN_EXPONENT`] to [`HISTOGRAM_MAX_EXPONENT`] (the ends also
