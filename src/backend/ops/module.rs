@@ -11,8 +11,7 @@ use burn_tensor::ops::{
 };
 
 use crate::MixedPrecision;
-use crate::fp8::Fp8Role;
-use crate::fp8::training::site::{Site, without_fp8};
+use crate::fp8::training::site::{self as fp8, without_fp8};
 use crate::policy::autocast;
 
 /// Casts the inputs of a compute-class module op (`x` first, then the others) to the
@@ -37,14 +36,9 @@ macro_rules! conv_ops {
                 options: $options,
             ) -> FloatTensor<Self> {
                 compute_inputs!(x, weight; bias);
-                match Site::<B>::begin(stringify!($name), &x, &weight) {
-                    Some(site) => {
-                        let x = site.quantize(x, Fp8Role::Input);
-                        let weight = site.quantize(weight, Fp8Role::Weight);
-                        site.output(B::$name(x, weight, bias, options))
-                    }
-                    None => B::$name(x, weight, bias, options),
-                }
+                fp8::run::<B>(stringify!($name), x, weight, |x, weight| {
+                    B::$name(x, weight, bias, options)
+                })
             }
         )*
     };
@@ -57,14 +51,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         bias: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
         compute_inputs!(x, weight; bias);
-        match Site::<B>::begin("linear", &x, &weight) {
-            Some(site) => {
-                let x = site.quantize(x, Fp8Role::Input);
-                let weight = site.quantize(weight, Fp8Role::Weight);
-                site.output(B::linear(x, weight, bias))
-            }
-            None => B::linear(x, weight, bias),
-        }
+        fp8::run::<B>("linear", x, weight, |x, weight| B::linear(x, weight, bias))
     }
 
     conv_ops! {

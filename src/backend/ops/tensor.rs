@@ -1,8 +1,7 @@
 //! `FloatTensorOps`: creation in the variable dtype, matmul in the compute dtype, the
 //! sensitive math in f32, mixed inputs promoted, everything else forwarded.
 
-use crate::fp8::Fp8Role;
-use crate::fp8::training::site::Site;
+use crate::fp8::training::site as fp8;
 use burn_tensor::backend::{Backend, ExecutionError};
 use burn_tensor::ops::{
     BoolTensor, Device, FloatTensor, FloatTensorOps, GridSampleOptions, IntTensor,
@@ -28,14 +27,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     /// Compute class; under an FP8 policy both operands are rounded to E4M3 first.
     fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         let [lhs, rhs] = autocast::to_compute::<B, 2>([lhs, rhs]);
-        match Site::<B>::begin("matmul", &lhs, &rhs) {
-            Some(site) => {
-                let lhs = site.quantize(lhs, Fp8Role::Input);
-                let rhs = site.quantize(rhs, Fp8Role::Weight);
-                site.output(B::float_matmul(lhs, rhs))
-            }
-            None => B::float_matmul(lhs, rhs),
-        }
+        fp8::run::<B>("matmul", lhs, rhs, B::float_matmul)
     }
 
     fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self> {

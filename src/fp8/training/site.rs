@@ -30,8 +30,28 @@ pub(crate) fn without_fp8<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Runs a compute-class op `op(lhs, rhs)` (a matmul, linear or convolution, whose inputs
+/// are already in the compute dtype): as it is, or, under an FP8 policy, on E4M3-rounded
+/// operands with its output gradient rounded to E5M2. `kind` labels the site in the
+/// numerics report.
+pub(crate) fn run<B: Backend>(
+    kind: &str,
+    lhs: FloatTensor<B>,
+    rhs: FloatTensor<B>,
+    op: impl FnOnce(FloatTensor<B>, FloatTensor<B>) -> FloatTensor<B>,
+) -> FloatTensor<B> {
+    match Site::<B>::begin(kind, &lhs, &rhs) {
+        Some(site) => {
+            let lhs = site.quantize(lhs, Fp8Role::Input);
+            let rhs = site.quantize(rhs, Fp8Role::Weight);
+            site.output(op(lhs, rhs))
+        }
+        None => op(lhs, rhs),
+    }
+}
+
 /// An FP8 site of the forward pass: a matmul, linear or convolution under an FP8 policy.
-pub(crate) struct Site<B: Backend> {
+struct Site<B: Backend> {
     ops: Fp8Ops<B>,
     scaling: Fp8Scaling,
     site: u32,
@@ -40,7 +60,7 @@ pub(crate) struct Site<B: Backend> {
 impl<B: Backend> Site<B> {
     /// The site, when the policy in force for `lhs`'s device has FP8 on; `kind` and the
     /// operand shapes label it in the numerics report.
-    pub(crate) fn begin(kind: &str, lhs: &FloatTensor<B>, rhs: &FloatTensor<B>) -> Option<Self> {
+    fn begin(kind: &str, lhs: &FloatTensor<B>, rhs: &FloatTensor<B>) -> Option<Self> {
         if SUSPENDED.with(Cell::get) {
             return None;
         }
@@ -52,12 +72,12 @@ impl<B: Backend> Site<B> {
     }
 
     /// `tensor`, the op's operand of `role`, rounded to E4M3 (straight-through gradient).
-    pub(crate) fn quantize(&self, tensor: FloatTensor<B>, role: Fp8Role) -> FloatTensor<B> {
+    fn quantize(&self, tensor: FloatTensor<B>, role: Fp8Role) -> FloatTensor<B> {
         (self.ops.quantize)(tensor, role, self.scaling.recipe(role), self.site)
     }
 
     /// The op's output, unchanged; its gradient is rounded to E5M2 on the way back.
-    pub(crate) fn output(&self, output: FloatTensor<B>) -> FloatTensor<B> {
+    fn output(&self, output: FloatTensor<B>) -> FloatTensor<B> {
         let role = Fp8Role::Gradient;
         match self.ops.quantize_grad {
             Some(quantize_grad) => {
