@@ -42,23 +42,20 @@ pub fn train<B: AutodiffBackend>(
             let labels = batch.labels.clone();
             // `--numerics`: the last step of the run is recorded, forward and backward.
             let last = epoch == options.epochs && step + 1 == steps;
+            let forward_backward = || {
+                let output = model.classify(batch);
+                let grads = output.loss.backward();
+                (output, grads)
+            };
             let (output, grads) = match (&options.numerics, last) {
                 (Some(path), true) => {
-                    let ((output, grads), report) = Fp8Numerics::record(|| {
-                        let output = model.classify(batch);
-                        let grads = output.loss.backward();
-                        (output, grads)
-                    });
+                    let (step, report) = Fp8Numerics::record(forward_backward);
                     if let Err(message) = numerics::publish(&report, path) {
                         eprintln!("error: {message}");
                     }
-                    (output, grads)
+                    step
                 }
-                _ => {
-                    let output = model.classify(batch);
-                    let grads = output.loss.backward();
-                    (output, grads)
-                }
+                _ => forward_backward(),
             };
             let n = chunk.len();
             loss_sum = loss_sum + output.loss.clone().detach().mul_scalar(n as f64);

@@ -28,13 +28,9 @@ pub trait Fp8Backend: Backend {
     fn fp8_amax(tensor: FloatTensor<Self>, layout: BlockLayout) -> FloatTensor<Self> {
         let device = Self::float_device(&tensor);
         let values = host_f32::<Self>(tensor);
-        let mut blocks = vec![Vec::new(); layout.num_blocks() as usize];
-        for (i, v) in values.iter().enumerate() {
-            blocks[layout.block_of(i as u32) as usize].push(*v);
-        }
-        let amax: Vec<f32> = blocks
-            .iter()
-            .map(|b| f32::from_bits(amax_bits(b)))
+        let amax = block_amax_bits(&values, layout)
+            .into_iter()
+            .map(f32::from_bits)
             .collect();
         float_vec::<Self>(amax, &device)
     }
@@ -118,16 +114,10 @@ pub trait Fp8Backend: Backend {
     ) -> FloatTensor<Self> {
         let device = Self::float_device(&tensor);
         let dtype = FloatDType::from(tensor.dtype());
-        let data = read_sync(Self::float_into_data(tensor)).expect("the tensor can be read back");
-        let values = f32_values(data);
-        let mut amax = vec![0u32; layout.num_blocks() as usize];
-        for (i, v) in values.iter().enumerate() {
-            let block = &mut amax[layout.block_of(i as u32) as usize];
-            *block = (*block).max(v.to_bits() & 0x7fff_ffff);
-        }
-        let scales: Vec<_> = amax
-            .iter()
-            .map(|a| block_scale(*a, cast.format, rule))
+        let values = host_f32::<Self>(tensor);
+        let scales: Vec<_> = block_amax_bits(&values, layout)
+            .into_iter()
+            .map(|a| block_scale(a, cast.format, rule))
             .collect();
         let decoded: Vec<f32> = (0..=255u8)
             .map(|c| reference::decode(c, cast.format))
@@ -162,24 +152,16 @@ pub trait Fp8Backend: Backend {
     }
 }
 
-/// The values of float `data` as f32 (exact for f16 and bf16).
-fn f32_values(data: TensorData) -> Vec<f32> {
-    match data.dtype {
-        DType::F32 => data.into_vec::<f32>().expect("f32 data"),
-        DType::F16 => data
-            .as_slice::<half::f16>()
-            .expect("f16 data")
-            .iter()
-            .map(|v| v.to_f32())
-            .collect(),
-        DType::BF16 => data
-            .as_slice::<half::bf16>()
-            .expect("bf16 data")
-            .iter()
-            .map(|v| v.to_f32())
-            .collect(),
-        _ => data.convert::<f32>().to_vec::<f32>().expect("f32 data"),
+/// The amax of each block of `layout` over `values`, as the bits of `|x|` (what
+/// [`amax_bits`] gives for one block: a NaN wins over every number, an inf over every
+/// finite one).
+pub(crate) fn block_amax_bits(values: &[f32], layout: BlockLayout) -> Vec<u32> {
+    let mut amax = vec![0u32; layout.num_blocks() as usize];
+    for (i, v) in values.iter().enumerate() {
+        let block = &mut amax[layout.block_of(i as u32) as usize];
+        *block = (*block).max(amax_bits(core::slice::from_ref(v)));
     }
+    amax
 }
 
 /// `f(i, values[i])` for every element, on all cores for large inputs (the portable path
@@ -223,7 +205,22 @@ pub(crate) fn composed_fake_quantize<B: Fp8Backend>(
 /// A float tensor's values on the host, as f32 (exact for f16 and bf16).
 pub(crate) fn host_f32<B: Backend>(tensor: FloatTensor<B>) -> Vec<f32> {
     let data = read_sync(B::float_into_data(tensor)).expect("the tensor can be read back");
-    data.convert::<f32>().to_vec::<f32>().expect("f32 data")
+    match data.dtype {
+        DType::F32 => data.into_vec::<f32>().expect("f32 data"),
+        DType::F16 => data
+            .as_slice::<half::f16>()
+            .expect("f16 data")
+            .iter()
+            .map(|v| v.to_f32())
+            .collect(),
+        DType::BF16 => data
+            .as_slice::<half::bf16>()
+            .expect("bf16 data")
+            .iter()
+            .map(|v| v.to_f32())
+            .collect(),
+        _ => data.convert::<f32>().to_vec::<f32>().expect("f32 data"),
+    }
 }
 
 /// An int tensor's values on the host, as u32.

@@ -19,7 +19,7 @@ use burn_tensor::ops::FloatTensor;
 
 use super::scaling::Fp8Role;
 use crate::fp8::Fp8Recipe;
-use crate::fp8::backend::host_f32;
+use crate::fp8::backend::{block_amax_bits, host_f32};
 
 thread_local! {
     /// Recording is per thread, as Burn records a step's ops on the thread that runs it.
@@ -89,39 +89,30 @@ pub(crate) fn record<I: Backend>(
         return;
     };
     let rule = recipe.rule().unwrap_or(ScaleRule::Float { margin: 0 });
-    let mut amaxes = vec![0f32; layout.num_blocks() as usize];
-    for (i, v) in values.iter().enumerate() {
-        let block = &mut amaxes[layout.block_of(i as u32) as usize];
-        *block = if v.is_nan() || block.is_nan() {
-            f32::NAN
-        } else {
-            block.max(v.abs())
-        };
-    }
+    let amaxes = block_amax_bits(&values, layout);
     let mut stats = RoleNumerics::new(role);
+    for v in &values {
+        stats.count += 1;
+        if *v == 0.0 {
+            stats.zeros += 1;
+        } else if v.is_finite() {
+            stats.amax = stats.amax.max(v.abs());
+        } else {
+            stats.non_finite += 1;
+        }
+    }
     for (f, format) in FORMATS.iter().enumerate() {
         let cast = Fp8Cast::new(*format).with_overflow(Overflow::NonSaturating);
         let scales: Vec<f32> = amaxes
             .iter()
-            .map(|a| block_scale(a.abs().to_bits(), *format, rule).scale)
+            .map(|a| block_scale(*a, *format, rule).scale)
             .collect();
         let own = *format == role.cast().format;
         for (i, v) in values.iter().enumerate() {
-            let scale = scales[layout.block_of(i as u32) as usize];
-            if f == 0 {
-                stats.count += 1;
-                if *v == 0.0 {
-                    stats.zeros += 1;
-                } else if !v.is_finite() {
-                    stats.non_finite += 1;
-                }
-                if v.is_finite() {
-                    stats.amax = stats.amax.max(v.abs());
-                }
-            }
             if *v == 0.0 || !v.is_finite() {
                 continue;
             }
+            let scale = scales[layout.block_of(i as u32) as usize];
             // Non-saturating: a value that rounds past the largest one comes back non-finite.
             let rounded = decode(encode_scaled(*v, scale, cast, i as u32), *format);
             if !rounded.is_finite() {

@@ -9,7 +9,9 @@ use std::collections::HashMap;
 use std::sync::{LazyLock, RwLock};
 
 use burn::backend::Autodiff;
-use burn::backend::autodiff::checkpoint::strategy::{BalancedCheckpointing, NoCheckpointing};
+use burn::backend::autodiff::checkpoint::strategy::{
+    BalancedCheckpointing, CheckpointStrategy, NoCheckpointing,
+};
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
 
@@ -50,6 +52,16 @@ fn insert<B: Backend>(map: &mut Registry, ops: Fp8Ops<B>) {
     map.insert(TypeId::of::<B>(), Box::new(ops));
 }
 
+fn insert_autodiff<I: Fp8Backend, C: CheckpointStrategy>(map: &mut Registry) {
+    insert::<Autodiff<I, C>>(
+        map,
+        Fp8Ops {
+            quantize: <Autodiff<I, C> as Quantize>::straight_through,
+            quantize_grad: Some(<Autodiff<I, C> as Quantize>::quantize_grad),
+        },
+    );
+}
+
 fn insert_all<I: Fp8Backend>(map: &mut Registry) {
     insert::<I>(
         map,
@@ -58,20 +70,8 @@ fn insert_all<I: Fp8Backend>(map: &mut Registry) {
             quantize_grad: None,
         },
     );
-    insert::<Autodiff<I, NoCheckpointing>>(
-        map,
-        Fp8Ops {
-            quantize: <Autodiff<I, NoCheckpointing> as Quantize>::straight_through,
-            quantize_grad: Some(<Autodiff<I, NoCheckpointing> as Quantize>::quantize_grad),
-        },
-    );
-    insert::<Autodiff<I, BalancedCheckpointing>>(
-        map,
-        Fp8Ops {
-            quantize: <Autodiff<I, BalancedCheckpointing> as Quantize>::straight_through,
-            quantize_grad: Some(<Autodiff<I, BalancedCheckpointing> as Quantize>::quantize_grad),
-        },
-    );
+    insert_autodiff::<I, NoCheckpointing>(map);
+    insert_autodiff::<I, BalancedCheckpointing>(map);
 }
 
 #[allow(unused_variables)]
