@@ -4,6 +4,7 @@
 
 #[macro_use]
 mod forward;
+pub(crate) mod autocast;
 mod gradients;
 mod ops;
 
@@ -15,7 +16,8 @@ use burn_tensor::backend::{AutodiffBackend, Backend, BackendTypes, DTypeUsageSet
 use burn_tensor::ops::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
 use burn_tensor::{DType, FloatDType, Scalar, TensorData};
 
-use crate::policy::{IntoPolicy, Policy, PolicyError, autocast, scope};
+use crate::context;
+use crate::policy::{IntoPolicy, Policy, PolicyError};
 
 /// A backend decorator that runs any Burn backend `B` under a dtype [`Policy`].
 ///
@@ -80,14 +82,14 @@ impl<B: Backend> MixedPrecision<B> {
     /// policy is then left as it was.
     pub fn set_policy(device: &B::Device, policy: impl IntoPolicy) -> Result<(), PolicyError> {
         let policy = policy.into_policy()?;
-        scope::check::<B>(device, policy)?;
-        scope::set_device_policy(device, policy);
+        context::check::<B>(device, policy)?;
+        context::set_device_policy(device, policy);
         Ok(())
     }
 
     /// Removes the device's own policy; the global one applies to it again.
     pub fn clear_policy(device: &B::Device) {
-        scope::clear_device_policy(device);
+        context::clear_device_policy(device);
     }
 
     /// The policy ops on `device` run under on this thread, checked against `B`.
@@ -97,8 +99,8 @@ impl<B: Backend> MixedPrecision<B> {
     /// checked when a device uses it). Call this after [`crate::set_global_policy`] to get
     /// the error as a value rather than as a panic at the first op.
     pub fn policy(device: &B::Device) -> Result<Policy, PolicyError> {
-        let policy = scope::current(device);
-        scope::check::<B>(device, policy)?;
+        let policy = context::current(device);
+        context::check::<B>(device, policy)?;
         Ok(policy)
     }
 }
@@ -177,18 +179,13 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
 
     /// Runs the backward pass from `tensor` cast to the policy's output dtype (f32 under the
     /// mixed policies). When an automatic [`LossScaleOptimizer`](crate::LossScaleOptimizer)
-    /// is alive and the policy computes in f16, the loss is first multiplied by its scale;
-    /// the returned gradients divide it out again when read.
+    /// is bound to the tensor's device (or is the default one) and the policy computes in
+    /// f16, the loss is first multiplied by its scale; the returned gradients divide it out
+    /// again when read.
     fn backward(tensor: FloatTensor<Self>) -> Self::Gradients {
-        crate::fp8::training::numerics::on_backward();
-        let policy = scope::resolve::<B>(&B::float_device(&tensor));
-        let loss = match autocast::dtype::<B>(&tensor) {
-            FloatDType::F64 => tensor,
-            _ => autocast::cast::<B>(tensor, policy.output_dtype()),
-        };
-        let scale = crate::loss_scale::active()
-            .map(|s| s.begin_backward(policy.needs_loss_scaling()))
-            .unwrap_or(1.0);
+        let (policy, scale) = context::backward::<B>(&B::float_device(&tensor));
+        let dtype = context::loss_dtype(policy, autocast::dtype::<B>(&tensor));
+        let loss = autocast::cast::<B>(tensor, dtype);
         let loss = if scale == 1.0 {
             loss
         } else {
@@ -274,7 +271,7 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
 pub fn cast_to_output<B: Backend, const D: usize>(
     tensor: burn_tensor::Tensor<MixedPrecision<B>, D>,
 ) -> burn_tensor::Tensor<MixedPrecision<B>, D> {
-    let policy = scope::resolve::<B>(&tensor.device());
+    let policy = context::policy::<B>(&tensor.device());
     let dtype = FloatDType::from(tensor.dtype());
     if dtype == policy.output_dtype() || dtype == FloatDType::F64 {
         tensor

@@ -29,13 +29,17 @@
 
 pub mod accum;
 mod backend;
+mod context;
 pub mod fp8;
 mod kernels;
 pub mod loss_scale;
 pub mod policy;
 
 pub use backend::{MixedPrecision, ScaledGradients, cast_to_output};
-pub use loss_scale::{LossScale, LossScaleConfig, LossScaleError, LossScaleOptimizer};
+pub use context::{global_policy, set_global_policy, with_policy};
+pub use loss_scale::{
+    LossScale, LossScaleConfig, LossScaleError, LossScaleOptimizer, LossScaleOptimizerRecord,
+};
 #[cfg(feature = "train")]
 pub use loss_scale::{LossScaleMetric, SkippedStepsMetric};
-pub use policy::{IntoPolicy, Policy, PolicyError, global_policy, set_global_policy, with_policy};
+pub use policy::{IntoPolicy, Policy, PolicyError};

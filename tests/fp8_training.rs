@@ -423,6 +423,33 @@ fn the_numerics_report_shows_e4m3_flushing_small_gradients_that_e5m2_keeps() {
     assert!(empty.is_empty());
 }
 
+/// The report observes steps: two layers over three steps give two sites (a layer keeps its
+/// number from step to step) with three steps' counts each.
+#[test]
+fn the_numerics_report_numbers_sites_per_step_and_sums_the_steps() {
+    let device = Default::default();
+    let first = det_linear::<Fx>(8, 16, 41, &device);
+    let second = det_linear::<Fx>(16, 4, 42, &device);
+    let x = det::<Fx, 2>([5, 8], 43, 1.0, &device);
+    let policy: Policy = "float8_from_mixed_bfloat16".parse().unwrap();
+    let step = || {
+        with_policy(policy, || {
+            second.forward(first.forward(x.clone())).sum().backward();
+        })
+    };
+    let (_, report) = Fp8Numerics::record(|| (0..3).for_each(|_| step()));
+    let labels: Vec<_> = report.sites().iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        ["linear [5, 8] x [8, 16]", "linear [5, 16] x [16, 4]"]
+    );
+    let counts = |site: usize, role| report.sites()[site].roles[&role].count;
+    assert_eq!(counts(0, Fp8Role::Input), 3 * 5 * 8);
+    assert_eq!(counts(0, Fp8Role::Gradient), 3 * 5 * 16);
+    assert_eq!(counts(1, Fp8Role::Weight), 3 * 16 * 4);
+    assert_eq!(counts(1, Fp8Role::Gradient), 3 * 5 * 4);
+}
+
 // ---- Training -------------------------------------------------------------------------
 
 const VOCAB: usize = 16;

@@ -6,6 +6,8 @@
 //! matmul checks its operands.
 
 mod common;
+#[path = "kernels/scales.rs"]
+mod scales;
 
 #[cfg(feature = "ndarray")]
 use burn::backend::NdArray;

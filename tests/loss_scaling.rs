@@ -3,10 +3,14 @@
 //! rescues gradients that underflow f16, and both the custom loop and Burn's Learner train
 //! with it on Flex and wgpu.
 //!
-//! Automatic loss scaling is process-wide (the live automatic optimizer scales every
-//! `MixedPrecision` backward pass), so every test here holds `SERIAL`.
+//! Loss-scale bindings are process-wide (a default automatic optimizer scales the backward
+//! passes of every device without one of its own), so every test here holds `SERIAL`.
 
+#[path = "loss_scaling/binding.rs"]
+mod binding;
 mod common;
+#[path = "loss_scaling/records.rs"]
+mod records;
 
 use std::sync::{Mutex, MutexGuard};
 

@@ -142,6 +142,61 @@ fn bad_names_give_typed_errors_that_list_the_valid_names() {
     assert!(matches!(err, PolicyError::InvalidSpec { .. }));
 }
 
+/// Every error for a bad string teaches: the policy names, and for a spec its keys, the
+/// dtype spellings and the FP8 scalings.
+#[test]
+fn every_spec_error_lists_keys_dtypes_and_policy_names() {
+    let names = [
+        "float32",
+        "float16",
+        "bfloat16",
+        "mixed_float16",
+        "mixed_bfloat16",
+        "float8_from_mixed_bfloat16",
+        "float8_from_mixed_float16",
+    ];
+    let spec_words = [
+        "params",
+        "compute",
+        "output",
+        "fp8",
+        "f32",
+        "f16",
+        "bf16",
+        "half",
+        "tensor",
+        "blockwise",
+    ];
+    let specs = [
+        "params=float8",
+        "params=float32,params=float16",
+        "fp8=tensor,fp8=blockwise",
+        "fp8=sometimes",
+        "weights=float32",
+        "params=float32,",
+    ];
+    for spec in specs {
+        let err = spec.parse::<Policy>().unwrap_err();
+        assert!(
+            matches!(err, PolicyError::InvalidSpec { .. }),
+            "{spec:?}: {err:?}"
+        );
+        let message = err.to_string();
+        for word in names.iter().chain(&spec_words) {
+            assert!(
+                message.contains(word),
+                "{spec:?} does not mention {word}: {message}"
+            );
+        }
+    }
+    for name in ["mixed_float61", "float8_from_mixed_float61"] {
+        let message = name.parse::<Policy>().unwrap_err().to_string();
+        for valid in names {
+            assert!(message.contains(valid), "{name:?}: {message}");
+        }
+    }
+}
+
 #[test]
 fn scoped_policy_wins_and_is_restored_even_after_a_panic() {
     let device = Default::default();

@@ -15,9 +15,7 @@ use burn::train::renderer::{
     MetricsRendererTraining, ProgressType, TrainingProgress,
 };
 use burn::train::{Learner, SupervisedTraining};
-use burn_amp::{
-    LossScale, LossScaleMetric, LossScaleOptimizer, MixedPrecision, SkippedStepsMetric,
-};
+use burn_amp::{LossScale, LossScaleConfig, LossScaleMetric, MixedPrecision, SkippedStepsMetric};
 
 use crate::data::{Digit, DigitBatcher};
 use crate::model::KerasMlp;
@@ -41,7 +39,13 @@ pub fn train<B: AutodiffBackend>(
         .build(InMemDataset::new(test.to_vec()));
 
     let model = KerasMlp::<M<B>>::new(device);
-    let optim = LossScaleOptimizer::new(AdamConfig::new().init::<M<B>, KerasMlp<M<B>>>());
+    // Bound to the device the Learner trains on: its backward passes apply this scale.
+    let optim = LossScaleConfig::new()
+        .init_on(
+            AdamConfig::new().init::<M<B>, KerasMlp<M<B>>>(),
+            core::slice::from_ref(device),
+        )
+        .expect("no other automatic LossScaleOptimizer is bound to the device");
     let handle = optim.handle();
     let renderer = EpochRenderer::new(
         options.policy.needs_loss_scaling().then(|| handle.clone()),

@@ -1,6 +1,6 @@
 //! The two macros the op families are written with: `forward!` hands an op to the inner
 //! backend untouched, `autocast!` first applies one of the casting rules of
-//! [`crate::policy::autocast`]. Each takes a table of signatures, one line an op.
+//! `crate::backend::autocast`. Each takes a table of signatures, one line an op.
 
 /// Generates ops that call the inner backend's op of the same name with the same arguments,
 /// so every fast path of the inner backend is kept. `=> post` applies `post` to the result
@@ -26,7 +26,7 @@ macro_rules! autocast {
         $(
             #[inline]
             fn $name( $($cast : FloatTensor<Self>,)+ $($($arg : $ty),*)? ) -> $ret {
-                let [$($cast),+] = $crate::policy::autocast::$rule::<$inner, _>([$($cast),+]);
+                let [$($cast),+] = $crate::backend::autocast::$rule::<$inner, _>([$($cast),+]);
                 $inner::$name( $($cast,)+ $($($arg),*)? )
             }
         )*

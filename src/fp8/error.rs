@@ -15,6 +15,18 @@ pub enum Fp8Error {
     /// A block dimension of zero.
     #[error("invalid FP8 recipe: {0}")]
     InvalidRecipe(String),
+    /// A scale FP8 quantization cannot use: zero, negative, subnormal, infinite or NaN, or so
+    /// large that its inverse is subnormal. Valid scales lie in `[2^-126, 2^126]`.
+    #[error(
+        "invalid FP8 scale {scale} for block {block}: scales must be finite and within \
+         [2^-126, 2^126] (the normal f32 range, so that 1/scale is finite too)"
+    )]
+    InvalidScale {
+        /// The first block whose scale is invalid.
+        block: usize,
+        /// Its scale.
+        scale: f32,
+    },
     /// An exponent bias out of range.
     #[error(transparent)]
     InvalidBias(#[from] burn_amp_kernels::fp8::InvalidBias),

@@ -1,6 +1,7 @@
 //! `Fp8Tensor`: FP8 codes with their scales, format and block layout.
 
 use burn_amp_kernels::fp8::launch::BlockLayout;
+use burn_amp_kernels::fp8::scale::is_valid_scale;
 use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format};
 use burn_tensor::backend::Backend;
 use burn_tensor::{DType, FloatDType, Int, Shape, Tensor, TensorPrimitive};
@@ -91,9 +92,13 @@ impl<B: Fp8Backend, const D: usize> Fp8Tensor<B, D> {
     /// f32 per block of `recipe`'s layout): how delayed scaling applies a scale computed
     /// earlier.
     ///
+    /// The scales are read back to the host and checked first (one small read).
+    ///
     /// # Errors
-    /// As [`quantize`](Self::quantize), and [`Fp8Error::InvalidRecipe`] when `scales` does
-    /// not hold one value per block.
+    /// As [`quantize`](Self::quantize), [`Fp8Error::InvalidRecipe`] when `scales` does not
+    /// hold one value per block, and [`Fp8Error::InvalidScale`] for a scale that is zero,
+    /// negative, subnormal, non-finite or above `2^126` (see
+    /// [`is_valid_scale`](burn_amp_kernels::fp8::scale::is_valid_scale)).
     pub fn quantize_with_scales(
         tensor: Tensor<B, D>,
         cast: Fp8Cast,
@@ -111,6 +116,7 @@ impl<B: Fp8Backend, const D: usize> Fp8Tensor<B, D> {
             )));
         }
         let scales = scales.cast(FloatDType::F32);
+        check_scales(&scales)?;
         let scale_inv = scales.clone().recip();
         let flat = tensor
             .detach()
@@ -250,5 +256,20 @@ impl<B: Fp8Backend, const D: usize> Fp8Tensor<B, D> {
     /// Bytes on the device: the codes plus four per scale.
     pub fn size_in_bytes(&self) -> usize {
         4 * (self.layout.len.div_ceil(4) as usize + self.layout.num_blocks() as usize)
+    }
+}
+
+/// Refuses the first scale FP8 quantization cannot use.
+fn check_scales<B: Backend>(scales: &Tensor<B, 1>) -> Result<(), Fp8Error> {
+    let values = scales
+        .to_data()
+        .into_vec::<f32>()
+        .map_err(|e| Fp8Error::InvalidRecipe(format!("unreadable scales: {e:?}")))?;
+    match values.iter().position(|s| !is_valid_scale(*s)) {
+        Some(block) => Err(Fp8Error::InvalidScale {
+            block,
+            scale: values[block],
+        }),
+        None => Ok(()),
     }
 }

@@ -1,8 +1,9 @@
 //! Loss scaling for f16 training: [`LossScaleOptimizer`] wraps any Burn optimizer.
 //!
-//! How the scale reaches the backward pass (automatic mode): the optimizer publishes its
-//! [`LossScale`]; [`MixedPrecision`](crate::MixedPrecision)'s `backward` multiplies the f32
-//! loss by it, and the decorator's `Gradients` divide each gradient by the same number
+//! How the scale reaches the backward pass (automatic mode): the optimizer binds its
+//! [`LossScale`] to devices ([`LossScaleConfig::init_on`]) or as the default
+//! ([`LossScaleOptimizer::new`]); [`MixedPrecision`](crate::MixedPrecision)'s `backward`
+//! looks up the binding of its loss's device and multiplies the f32 loss by it, and the decorator's `Gradients` divide each gradient by the same number
 //! when it is read, in f32. So every gradient a user, an optimizer or Burn's `Learner` sees
 //! is the true one, and gradient clipping, accumulation and logging need no change.
 
@@ -20,7 +21,6 @@ pub use metric::{LossScaleMetric, SkippedStepsMetric};
 pub use optimizer::LossScaleOptimizer;
 pub use record::{LossScaleOptimizerItem, LossScaleOptimizerRecord};
 pub use state::LossScale;
-pub(crate) use state::active;
 
 /// Why a loss-scale setting was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -35,5 +35,25 @@ pub enum LossScaleError {
         value: String,
         /// The rule it breaks.
         rule: &'static str,
+    },
+    /// A record (a checkpoint) that cannot be loaded: training on from it would skip every
+    /// step, scale by a negative number, or report impossible counts.
+    #[error("invalid loss-scale record: {field} = {value}, but it must be {rule}")]
+    InvalidRecord {
+        /// The field.
+        field: &'static str,
+        /// Its value in the record.
+        value: String,
+        /// The rule it breaks.
+        rule: String,
+    },
+    /// An automatic optimizer asked for a device another live one is bound to.
+    #[error(
+        "device {device} already has an automatic LossScaleOptimizer bound to it: drop that \
+         one first, bind this one to another device, or use manual mode (init_manual)"
+    )]
+    DeviceTaken {
+        /// The device, as `Debug` prints it.
+        device: String,
     },
 }

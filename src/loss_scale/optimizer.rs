@@ -6,10 +6,15 @@ use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Tensor};
 
+use std::sync::Arc;
+
+use burn_tensor::backend::DeviceOps;
+
 use super::grads::{all_finite, unscale};
-use super::state::{self, LossScale, Pending};
+use super::state::{Binding, LossScale, Pending};
 use super::{LossScaleConfig, LossScaleError, LossScaleOptimizerRecord};
 use crate::MixedPrecision;
+use crate::context::{self, ScaleSource};
 
 /// Wraps a Burn optimizer with loss scaling, for training under `mixed_float16`.
 ///
@@ -55,31 +60,54 @@ use crate::MixedPrecision;
 /// [`step`](Optimizer::step) divides the gradients by the scale (unless
 /// [`unscale_grads`](Self::unscale_grads) did so already, for clipping, say).
 ///
-/// Automatic scaling uses the most recently created automatic `LossScaleOptimizer` that is
-/// still alive (clones share one scale). With several optimizers, use manual mode.
+/// # Which backward passes an automatic optimizer scales
+///
+/// Binding is explicit, like policies, and lasts as long as the optimizer (or a clone):
+///
+/// - [`LossScaleConfig::init_on`] binds it to the devices given: backward passes on them
+///   apply its scale. A device holds one such binding: a second live optimizer asking for
+///   it gets [`LossScaleError::DeviceTaken`]. Use it with several models, or with Burn's
+///   multi-device training (pass every device the model trains on).
+/// - [`LossScaleOptimizer::new`] and [`LossScaleConfig::init`] bind it as a *default*:
+///   backward passes on devices with no binding of their own apply the most recently
+///   created default that is still alive. Creating or dropping a manual optimizer, a
+///   device-bound one, or an older default never changes which scale they apply; dropping
+///   the newest default hands them back to the one created before it.
+///
+/// Under a policy that needs no scaling the bound optimizer is asked nothing and the loss is
+/// not scaled. Manual mode binds nothing.
 #[derive(Clone)]
 pub struct LossScaleOptimizer<O> {
     inner: O,
     scale: LossScale,
-    manual: bool,
+    /// The binding backward passes find this optimizer's scale through; `None` in manual
+    /// mode. Shared by clones: the binding ends when the last one is dropped.
+    binding: Option<Arc<dyn ScaleSource>>,
     unscaled: bool,
 }
 
 impl<O> LossScaleOptimizer<O> {
-    /// Wraps `inner` with dynamic loss scaling (Keras' defaults), in automatic mode.
+    /// Wraps `inner` with dynamic loss scaling (Keras' defaults), in automatic mode, bound
+    /// as the default loss scale (see [which backward passes it
+    /// scales](Self#which-backward-passes-an-automatic-optimizer-scales)).
     pub fn new(inner: O) -> Self {
-        Self::build(inner, LossScaleConfig::new(), false)
+        let optim = Self::build(inner, LossScaleConfig::new(), false);
+        if let Some(binding) = &optim.binding {
+            context::bind_default_scale(binding);
+        }
+        optim
     }
 
     pub(super) fn build(inner: O, config: LossScaleConfig, manual: bool) -> Self {
         let scale = LossScale::new(config);
-        if !manual {
-            state::install(&scale);
-        }
+        let binding = (!manual).then(|| {
+            let binding: Arc<dyn ScaleSource> = Arc::new(Binding(scale.clone()));
+            binding
+        });
         Self {
             inner,
             scale,
-            manual,
+            binding,
             unscaled: false,
         }
     }
@@ -111,13 +139,13 @@ impl<O> LossScaleOptimizer<O> {
 
     /// Whether this optimizer is in manual mode.
     pub fn is_manual(&self) -> bool {
-        self.manual
+        self.binding.is_none()
     }
 
     /// Multiplies `loss` by the current scale, in f32 (Keras' `scale_loss`). In automatic
     /// mode the backward pass scales the loss itself, so the loss is returned as it is.
     pub fn scale_loss<B: Backend, const D: usize>(&self, loss: Tensor<B, D>) -> Tensor<B, D> {
-        if !self.manual {
+        if !self.is_manual() {
             return loss;
         }
         let loss = match FloatDType::from(loss.dtype()) {
@@ -136,7 +164,7 @@ impl<O> LossScaleOptimizer<O> {
         grads: GradientsParams,
         module: &M,
     ) -> GradientsParams {
-        if !self.manual || self.unscaled {
+        if !self.is_manual() || self.unscaled {
             return grads;
         }
         self.unscaled = true;
@@ -146,7 +174,7 @@ impl<O> LossScaleOptimizer<O> {
     /// Checks the step's gradients and moves the scale; `true` when the step may proceed.
     fn admit(&mut self, finite: impl FnOnce() -> bool) -> bool {
         self.unscaled = false;
-        let pending = if self.manual {
+        let pending = if self.is_manual() {
             Pending::Scaled
         } else {
             self.scale.take_pending()
@@ -191,7 +219,7 @@ where
 
     fn step_multi(&mut self, lr: LearningRate, module: M, grads: MultiGradientsParams) -> M {
         let mut grads = grads;
-        if self.manual && !self.unscaled {
+        if self.is_manual() && !self.unscaled {
             let scale = self.scale.scale();
             for (g, _) in grads.grads.iter_mut() {
                 *g = unscale::<MixedPrecision<B>, M>(core::mem::take(g), &module, scale);
@@ -221,8 +249,54 @@ where
         }
     }
 
+    /// Loads a record after checking it ([`try_load_record`](LossScaleOptimizer::try_load_record)).
+    ///
+    /// # Panics
+    /// When the record is invalid (a non-finite, zero, negative or out-of-range scale,
+    /// impossible counters), with [`LossScaleError::InvalidRecord`]'s message: training on
+    /// from a poisoned checkpoint would skip every step or scale by a negative number.
     fn load_record(mut self, record: Self::Record) -> Self {
-        self.inner = self.inner.load_record(record.inner);
+        if let Err(err) = self.try_load_record::<M, MixedPrecision<B>>(record) {
+            panic!("{err}");
+        }
+        self
+    }
+}
+
+impl<O> LossScaleOptimizer<O> {
+    /// Loads a record (the inner optimizer's state, the scale and its counters) after
+    /// checking it against this optimizer's settings; on error nothing is changed.
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::Linear;
+    /// use burn::optim::{Optimizer, SgdConfig};
+    /// use burn_amp::{LossScaleConfig, LossScaleError, MixedPrecision};
+    ///
+    /// type B = MixedPrecision<Autodiff<Flex>>;
+    /// let sgd = SgdConfig::new().init::<B, Linear<B>>();
+    /// let mut optim = LossScaleConfig::new().init_manual(sgd)?;
+    /// let mut record = Optimizer::<Linear<B>, B>::to_record(&optim);
+    /// record.scale = f32::INFINITY; // a poisoned checkpoint
+    /// let err = optim.try_load_record::<Linear<B>, B>(record).unwrap_err();
+    /// assert!(matches!(err, LossScaleError::InvalidRecord { field: "scale", .. }));
+    /// assert_eq!(optim.loss_scale(), 32768.0); // left as it was
+    /// # Ok::<(), LossScaleError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`LossScaleError::InvalidRecord`] as [`LossScaleOptimizerRecord::validate`] finds it.
+    pub fn try_load_record<M, B>(
+        &mut self,
+        record: LossScaleOptimizerRecord<O::Record>,
+    ) -> Result<(), LossScaleError>
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<B>,
+        O: Optimizer<M, B>,
+    {
+        record.validate(self.scale.config())?;
+        self.inner = self.inner.clone().load_record(record.inner);
         let mut state = self.scale.lock();
         state.scale = record.scale;
         state.good_steps = record.good_steps;
@@ -230,18 +304,64 @@ where
         state.total_steps = record.total_steps;
         state.pending = Pending::None;
         drop(state);
-        self
+        Ok(())
     }
 }
 
 impl LossScaleConfig {
-    /// Wraps `inner` with these settings, in automatic mode (see [`LossScaleOptimizer`]).
+    /// Wraps `inner` with these settings, in automatic mode, bound as the default loss
+    /// scale (see [`LossScaleOptimizer`]).
     ///
     /// # Errors
     /// [`LossScaleError::InvalidConfig`] when a number is out of range.
     pub fn init<O>(self, inner: O) -> Result<LossScaleOptimizer<O>, LossScaleError> {
         self.validate()?;
-        Ok(LossScaleOptimizer::build(inner, self, false))
+        let optim = LossScaleOptimizer::build(inner, self, false);
+        if let Some(binding) = &optim.binding {
+            context::bind_default_scale(binding);
+        }
+        Ok(optim)
+    }
+
+    /// Wraps `inner` with these settings, in automatic mode, bound to `devices`: backward
+    /// passes on them apply this optimizer's scale for as long as it (or a clone) lives.
+    /// Give every device the model trains on (Burn's multi-device training runs a backward
+    /// pass on each).
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::Linear;
+    /// use burn::optim::AdamConfig;
+    /// use burn_amp::{LossScaleConfig, LossScaleError, MixedPrecision};
+    ///
+    /// type B = MixedPrecision<Autodiff<Flex>>;
+    /// let device = Default::default();
+    /// let adam = || AdamConfig::new().init::<B, Linear<B>>();
+    /// let optim = LossScaleConfig::new().init_on(adam(), &[device])?;
+    /// // The device is taken while `optim` lives:
+    /// let second = LossScaleConfig::new().init_on(adam(), &[device]);
+    /// assert!(matches!(second, Err(LossScaleError::DeviceTaken { .. })));
+    /// drop(optim);
+    /// assert!(LossScaleConfig::new().init_on(adam(), &[device]).is_ok());
+    /// # Ok::<(), LossScaleError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`LossScaleError::InvalidConfig`] when a number is out of range,
+    /// [`LossScaleError::DeviceTaken`] when a live automatic optimizer is bound to one of
+    /// the devices; nothing is bound then.
+    pub fn init_on<O, D: DeviceOps + 'static>(
+        self,
+        inner: O,
+        devices: &[D],
+    ) -> Result<LossScaleOptimizer<O>, LossScaleError> {
+        self.validate()?;
+        let optim = LossScaleOptimizer::build(inner, self, false);
+        if let Some(binding) = &optim.binding {
+            context::bind_scale_to_devices(binding, devices)
+                .map_err(|taken| LossScaleError::DeviceTaken { device: taken.0 })?;
+        }
+        Ok(optim)
     }
 
     /// Wraps `inner` with these settings, in manual mode: call

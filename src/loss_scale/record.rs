@@ -5,6 +5,8 @@ use burn::record::{PrecisionSettings, Record};
 use burn::tensor::backend::Backend;
 use serde::{Deserialize, Serialize};
 
+use super::{LossScaleConfig, LossScaleError};
+
 /// The record of a [`LossScaleOptimizer`](super::LossScaleOptimizer).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LossScaleOptimizerRecord<R> {
@@ -18,6 +20,57 @@ pub struct LossScaleOptimizerRecord<R> {
     pub skipped_steps: u64,
     /// Steps taken or skipped so far.
     pub total_steps: u64,
+}
+
+impl<R> LossScaleOptimizerRecord<R> {
+    /// Checks the record against the settings of the optimizer it is loaded into.
+    ///
+    /// ```
+    /// use burn_amp::{LossScaleConfig, LossScaleOptimizerRecord};
+    ///
+    /// let record = |scale, good, skipped, total| LossScaleOptimizerRecord {
+    ///     inner: (),
+    ///     scale,
+    ///     good_steps: good,
+    ///     skipped_steps: skipped,
+    ///     total_steps: total,
+    /// };
+    /// let config = LossScaleConfig::new();
+    /// assert!(record(1024.0, 3, 1, 10).validate(&config).is_ok());
+    /// assert!(record(f32::NAN, 0, 0, 0).validate(&config).is_err());
+    /// assert!(record(-2.0, 0, 0, 0).validate(&config).is_err());
+    /// assert!(record(1024.0, 0, 11, 10).validate(&config).is_err()); // skipped > total
+    /// ```
+    ///
+    /// # Errors
+    /// [`LossScaleError::InvalidRecord`] naming the first field that breaks its rule: the
+    /// scale must be finite, positive and within `[min_scale, max_scale]`; no more steps
+    /// skipped than taken; no more good steps in a row than finite steps.
+    pub fn validate(&self, config: &LossScaleConfig) -> Result<(), LossScaleError> {
+        let invalid = |field: &'static str, value: String, rule: String| {
+            Err(LossScaleError::InvalidRecord { field, value, rule })
+        };
+        if !(self.scale.is_finite() && self.scale > 0.0) {
+            return invalid("scale", self.scale.to_string(), "finite and > 0".into());
+        }
+        if !(config.min_scale..=config.max_scale).contains(&self.scale) {
+            let rule = format!(
+                "within [min_scale, max_scale] = [{}, {}]",
+                config.min_scale, config.max_scale
+            );
+            return invalid("scale", self.scale.to_string(), rule);
+        }
+        if self.skipped_steps > self.total_steps {
+            let rule = format!("at most total_steps = {}", self.total_steps);
+            return invalid("skipped_steps", self.skipped_steps.to_string(), rule);
+        }
+        let finite_steps = self.total_steps - self.skipped_steps;
+        if self.good_steps > finite_steps {
+            let rule = format!("at most total_steps - skipped_steps = {finite_steps}");
+            return invalid("good_steps", self.good_steps.to_string(), rule);
+        }
+        Ok(())
+    }
 }
 
 /// The serialized form of [`LossScaleOptimizerRecord`].

@@ -1,9 +1,10 @@
-//! The loss scale's state, its update rule, and the process-wide slot through which the
-//! decorator's `backward` finds the scale to apply.
+//! The loss scale's state and its update rule, and the binding through which a backward
+//! pass applies it.
 
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::LossScaleConfig;
+use crate::context::ScaleSource;
 
 /// What backward passes did since the last optimizer step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -140,17 +141,15 @@ impl LossScale {
     }
 }
 
-/// The scale automatic loss scaling uses: the most recently created automatic
-/// `LossScaleOptimizer` still alive.
-static ACTIVE: Mutex<Weak<Shared>> = Mutex::new(Weak::new());
+/// An automatic optimizer's binding: backward passes apply its scale while it lives. The
+/// optimizer and its clones hold it; a [`LossScale`] handle does not, so a metric that
+/// outlives its optimizer keeps no binding alive.
+pub(crate) struct Binding(pub LossScale);
 
-pub(crate) fn install(scale: &LossScale) {
-    *ACTIVE.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&scale.shared);
-}
-
-pub(crate) fn active() -> Option<LossScale> {
-    let shared = ACTIVE.lock().unwrap_or_else(|e| e.into_inner()).upgrade()?;
-    Some(LossScale { shared })
+impl ScaleSource for Binding {
+    fn begin_backward(&self, needed: bool) -> f32 {
+        self.0.begin_backward(needed)
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use burn_tensor::FloatDType;
 
 use super::Policy;
-use super::parse::{FP8_NAMES, SPEC_EXAMPLE, VALID_NAMES};
+use super::parse::{FP8_NAMES, SPEC_EXAMPLE, SPEC_HELP, VALID_NAMES};
 
 /// Why a policy could not be built or used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -20,8 +20,13 @@ pub enum PolicyError {
         /// The string that was given.
         name: String,
     },
-    /// A `params=…,compute=…,output=…` spec that is malformed.
-    #[error("invalid dtype policy spec {spec:?}: {reason}")]
+    /// A `params=…,compute=…,output=…` spec that is malformed. The message lists the valid
+    /// keys, dtype spellings and policy names.
+    #[error(
+        "invalid dtype policy spec {spec:?}: {reason}; {SPEC_HELP}; or use a policy name: {}, {}",
+        VALID_NAMES.join(", "),
+        FP8_NAMES.join(", ")
+    )]
     InvalidSpec {
         /// The spec that was given.
         spec: String,

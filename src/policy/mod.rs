@@ -20,20 +20,18 @@
 //! pass (see [`crate::fp8::training`]). In a spec, the key `fp8=tensor` or `fp8=blockwise`
 //! does the same.
 //!
-//! Which policy an op runs under is decided in [`scope`]: a scoped override
-//! ([`with_policy`]) wins over a per-device policy
-//! ([`MixedPrecision::set_policy`](crate::MixedPrecision::set_policy)), which wins over the
-//! global one ([`set_global_policy`]). With none of them set the policy is `float32`, as in
-//! Keras, and [`MixedPrecision`](crate::MixedPrecision) casts nothing that is already f32.
+//! This module holds values only. Which policy an op runs under is decided in one place,
+//! the crate's context: a scoped override ([`with_policy`](crate::with_policy)) wins over a
+//! per-device policy ([`MixedPrecision::set_policy`](crate::MixedPrecision::set_policy)),
+//! which wins over the global one ([`set_global_policy`](crate::set_global_policy)). With
+//! none of them set the policy is `float32`, as in Keras, and
+//! [`MixedPrecision`](crate::MixedPrecision) casts nothing that is already f32.
 
-pub(crate) mod autocast;
 mod error;
 mod parse;
-pub(crate) mod scope;
 
 pub use error::PolicyError;
 pub use parse::IntoPolicy;
-pub use scope::{global_policy, set_global_policy, with_policy};
 
 use burn_tensor::FloatDType;
 
@@ -194,6 +192,22 @@ impl Policy {
     /// whose smallest subnormal is 2^-24. bf16 shares f32's exponent range and needs none.
     pub fn needs_loss_scaling(&self) -> bool {
         self.compute == FloatDType::F16 || self.variable == FloatDType::F16
+    }
+
+    /// The same policy with f16 and bf16 swapped everywhere (FP8 kept): the nearest policy
+    /// for a device that lacks one of the two.
+    pub(crate) fn with_16_bit_formats_swapped(&self) -> Self {
+        let swap = |d: FloatDType| match d {
+            FloatDType::F16 => FloatDType::BF16,
+            FloatDType::BF16 => FloatDType::F16,
+            other => other,
+        };
+        Self {
+            variable: swap(self.variable),
+            compute: swap(self.compute),
+            output: swap(self.output),
+            fp8: self.fp8,
+        }
     }
 
     /// The dtypes a device must support for this policy, without duplicates.

@@ -27,6 +27,14 @@ const FP8_PREFIX: &str = "float8_from_";
 /// An example of the jmp-style spec, shown in errors.
 pub(crate) const SPEC_EXAMPLE: &str = "params=float32,compute=bfloat16,output=float32";
 
+/// What a spec may hold, shown in every spec error: its keys, the dtype spellings, the FP8
+/// scalings.
+pub(crate) const SPEC_HELP: &str = "a spec is key=value pairs joined by commas, such as \
+    \"params=float32,compute=bfloat16,output=float32\"; keys: params (or param, p), \
+    compute (or c), output (or o), fp8; dtypes: float32 (or f32, full), float16 (or f16, \
+    half), bfloat16 (or bf16); fp8: tensor (or per_tensor), blockwise (or block, blocks), \
+    none; a missing dtype key means float32";
+
 fn named(name: &str) -> Option<Policy> {
     if let Some(base) = name.strip_prefix(FP8_PREFIX) {
         return named_dtypes(base).map(|p| p.with_fp8_scaling(Fp8Scaling::PerTensor));
@@ -79,11 +87,10 @@ fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
             let value = value.trim();
             let scaling = match value {
                 "none" => None,
-                other => Some(Fp8Scaling::from_name(other).ok_or_else(|| {
-                    invalid(format!(
-                        "unknown fp8 scaling {other:?}; use tensor, blockwise or none"
-                    ))
-                })?),
+                other => Some(
+                    Fp8Scaling::from_name(other)
+                        .ok_or_else(|| invalid(format!("unknown fp8 scaling {other:?}")))?,
+                ),
             };
             if fp8.replace(scaling).is_some() {
                 return Err(invalid("key \"fp8\" is given twice".into()));
@@ -95,17 +102,12 @@ fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
             "compute" | "c" => 1,
             "output" | "o" => 2,
             other => {
-                return Err(invalid(format!(
-                    "unknown key {other:?}; the keys are params, compute, output and fp8"
-                )));
+                return Err(invalid(format!("unknown key {other:?}")));
             }
         };
         let value = value.trim();
-        let dtype = parse_dtype(value).ok_or_else(|| {
-            invalid(format!(
-                "unknown dtype {value:?}; the dtypes are float32, float16 and bfloat16"
-            ))
-        })?;
+        let dtype = parse_dtype(value)
+            .ok_or_else(|| invalid(format!("unknown dtype {value:?} for key {:?}", key.trim())))?;
         if fields[slot].replace(dtype).is_some() {
             return Err(invalid(format!("key {:?} is given twice", key.trim())));
         }

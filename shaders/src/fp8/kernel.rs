@@ -241,11 +241,16 @@ pub fn scales_kernel(
             if margin > 0 {
                 s *= pow2(-i32::cast_from(min(margin, 126u32)));
             }
+            // Clamped to [2^-126, 2^126] (see `scale::MIN_SCALE`): a subnormal (or flushed)
+            // scale, or an infinite one, would make the inverse or the values non-finite.
             let s_bits = u32::reinterpret(s) & 0x7fff_ffffu32;
-            if s_bits < 0x7f80_0000u32 && s_bits != 0 {
-                scale = s;
-                scale_inv = 1.0 / s;
+            if s_bits < 0x0080_0000u32 {
+                s = pow2(-126i32);
+            } else if s_bits > 0x7e80_0000u32 {
+                s = pow2(126i32);
             }
+            scale = s;
+            scale_inv = 1.0 / s;
         } else if comptime!(rule == 1) {
             let mut k = exponent_of(max_bits) - exponent_of(a);
             if mantissa_of(a) > mantissa_of(max_bits) {

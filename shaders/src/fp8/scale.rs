@@ -12,7 +12,14 @@
 //!   (`2^(code - 127)`, 0xFF = NaN). Values above the element maximum then saturate, as the
 //!   MX specification has it.
 //!
-//! A block whose amax is zero gets scale 1. A block holding an inf or NaN gets scale 1
+//! Every finite scale lies in `[2^-126, 2^126]` ([`MIN_SCALE`], [`MAX_SCALE`]), the normal f32
+//! range whose inverse is normal too: a float scale past either end (a huge `margin`, a
+//! tiny or huge amax) is clamped there, so `scale_inv` is always finite and nonzero and no
+//! finite input turns into NaN. The power-of-two and E8M0 rules stay inside it by
+//! construction.
+//!
+//! A block whose amax is zero gets scale 1 (it quantizes to zeros). A block holding an inf
+//! or NaN gets scale 1
 //! under the float rules (its values then quantize by the overflow rule) and the NaN scale
 //! under E8M0.
 //!
@@ -57,6 +64,17 @@ impl ScaleRule {
             Self::E8M0 => 0,
         }
     }
+}
+
+/// The smallest scale any rule gives: `2^-126`, the smallest normal f32.
+pub const MIN_SCALE: f32 = f32::MIN_POSITIVE;
+/// The largest scale any rule gives: `2^126`, whose inverse is the smallest normal f32.
+pub const MAX_SCALE: f32 = 1.0 / f32::MIN_POSITIVE;
+
+/// Whether `scale` is one FP8 quantization accepts: finite and in `[MIN_SCALE, MAX_SCALE]`
+/// (so neither it nor its inverse is zero, subnormal or infinite).
+pub fn is_valid_scale(scale: f32) -> bool {
+    (MIN_SCALE..=MAX_SCALE).contains(&scale)
 }
 
 /// One block's scales.
@@ -134,8 +152,12 @@ pub fn block_scale(amax_bits: u32, format: Fp8Format, rule: ScaleRule) -> BlockS
             if margin > 0 {
                 scale *= pow2(-(margin.min(126) as i32));
             }
-            if !scale.is_finite() || scale == 0.0 {
-                return one;
+            // Compared as bits, as the kernel does (a GPU may have flushed a subnormal).
+            let bits = scale.to_bits();
+            if bits < MIN_SCALE.to_bits() {
+                scale = MIN_SCALE;
+            } else if bits > MAX_SCALE.to_bits() {
+                scale = MAX_SCALE;
             }
             BlockScale {
                 scale,

@@ -11,14 +11,17 @@ use burn_tensor::ops::{
 };
 
 use crate::MixedPrecision;
-use crate::fp8::training::site::{self as fp8, without_fp8};
-use crate::policy::autocast;
+use crate::backend::autocast;
+use crate::context::{self, with_policy};
 
 /// Casts the inputs of a compute-class module op (`x` first, then the others) to the
 /// compute dtype of the policy in force for `x`'s device.
 macro_rules! compute_inputs {
     ($x:ident $(, $t:ident)* $(; $($opt:ident),+)?) => {
-        let target = autocast::compute_dtype::<B>(&$x);
+        compute_inputs!(@target autocast::compute_dtype::<B>(&$x); $x $(, $t)* $(; $($opt),+)?);
+    };
+    (@target $target:expr; $x:ident $(, $t:ident)* $(; $($opt:ident),+)?) => {
+        let target = $target;
         let $x = autocast::to_target::<B>($x, target);
         $( let $t = autocast::to_target::<B>($t, target); )*
         $($( let $opt = $opt.map(|t| autocast::to_target::<B>(t, target)); )+)?
@@ -35,8 +38,9 @@ macro_rules! conv_ops {
                 bias: Option<FloatTensor<Self>>,
                 options: $options,
             ) -> FloatTensor<Self> {
-                compute_inputs!(x, weight; bias);
-                fp8::run::<B>(stringify!($name), x, weight, |x, weight| {
+                let op = context::resolve::<B>(&B::float_device(&x));
+                compute_inputs!(@target op.policy.compute_dtype(); x, weight; bias);
+                op.compute(stringify!($name), x, weight, |x, weight| {
                     B::$name(x, weight, bias, options)
                 })
             }
@@ -50,8 +54,9 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         weight: FloatTensor<Self>,
         bias: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
-        compute_inputs!(x, weight; bias);
-        fp8::run::<B>("linear", x, weight, |x, weight| B::linear(x, weight, bias))
+        let op = context::resolve::<B>(&B::float_device(&x));
+        compute_inputs!(@target op.policy.compute_dtype(); x, weight; bias);
+        op.compute("linear", x, weight, |x, weight| B::linear(x, weight, bias))
     }
 
     conv_ops! {
@@ -83,12 +88,15 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         attn_bias: Option<FloatTensor<Self>>,
         options: AttentionModuleOptions,
     ) -> FloatTensor<Self> {
-        if B::ad_enabled(&B::float_device(&query)) {
+        let device = B::float_device(&query);
+        if B::ad_enabled(&device) {
             // An autodiff backend decomposes attention into matmuls and a softmax anyway;
             // decomposing it here instead sends those ops through the casting rules, so
             // the scores' softmax runs in f32 and the two matmuls in the compute dtype (not
-            // in FP8: FP8 recipes leave attention's products in 16 bits).
-            return without_fp8(|| {
+            // in FP8: FP8 recipes leave attention's products in 16 bits, so they run under
+            // the same policy without FP8).
+            let policy = context::policy::<B>(&device);
+            return with_policy(policy.without_fp8(), || {
                 attention_fallback::<Self>(query, key, value, mask, attn_bias, options)
             });
         }

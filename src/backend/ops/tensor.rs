@@ -1,7 +1,6 @@
 //! `FloatTensorOps`: creation in the variable dtype, matmul in the compute dtype, the
 //! sensitive math in f32, mixed inputs promoted, everything else forwarded.
 
-use crate::fp8::training::site as fp8;
 use burn_tensor::backend::{Backend, ExecutionError};
 use burn_tensor::ops::{
     BoolTensor, Device, FloatTensor, FloatTensorOps, GridSampleOptions, IntTensor,
@@ -12,7 +11,8 @@ use burn_tensor::{
 };
 
 use crate::MixedPrecision;
-use crate::policy::autocast;
+use crate::backend::autocast;
+use crate::context;
 
 /// Under a policy whose variables are not f32 (`float16`, `bfloat16`), a float tensor
 /// created in f32 is created in the variable dtype instead; explicit other dtypes are kept.
@@ -26,8 +26,10 @@ fn creation_dtype<B: Backend>(device: &B::Device, requested: FloatDType) -> Floa
 impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     /// Compute class; under an FP8 policy both operands are rounded to E4M3 first.
     fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        let [lhs, rhs] = autocast::to_compute::<B, 2>([lhs, rhs]);
-        fp8::run::<B>("matmul", lhs, rhs, B::float_matmul)
+        let op = context::resolve::<B>(&B::float_device(&lhs));
+        let target = op.policy.compute_dtype();
+        let [lhs, rhs] = [lhs, rhs].map(|t| autocast::to_target::<B>(t, target));
+        op.compute("matmul", lhs, rhs, B::float_matmul)
     }
 
     fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self> {

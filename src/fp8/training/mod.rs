@@ -45,15 +45,17 @@
 //! [`Fp8Scaling`]: crate::fp8::Fp8Scaling
 //! [`Fp8Numerics`]: crate::fp8::Fp8Numerics
 
-pub(crate) mod numerics;
+mod numerics;
 mod quant;
 pub(crate) mod registry;
 mod scaling;
-pub(crate) mod site;
+mod site;
 
+pub(crate) use numerics::Observer;
 pub use numerics::{
     FORMATS, Fp8Numerics, HISTOGRAM_MAX_EXPONENT, HISTOGRAM_MIN_EXPONENT, RoleNumerics,
     SiteNumerics,
 };
 pub use registry::register;
 pub use scaling::{Fp8Role, Fp8Scaling};
+pub(crate) use site::Fp8Site;

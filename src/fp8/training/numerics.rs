@@ -7,8 +7,9 @@
 //! two (the MNIST example's `--numerics`), not for every step of a run.
 
 use core::fmt;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn_amp_kernels::fp8::reference::{decode, encode_scaled};
 use burn_amp_kernels::fp8::scale::{ScaleRule, block_scale};
@@ -22,9 +23,10 @@ use crate::fp8::Fp8Recipe;
 use crate::fp8::backend::{block_amax_bits, host_f32};
 
 thread_local! {
-    /// Recording is per thread, as Burn records a step's ops on the thread that runs it.
-    static RECORDING: Cell<bool> = const { Cell::new(false) };
-    static RECORDER: RefCell<Option<Recorder>> = const { RefCell::new(None) };
+    /// Why a thread-local: [`Fp8Numerics::record`] is a scope around a step, and Burn runs a
+    /// step's forward ops on the thread that calls them. Ops read it once, when their FP8
+    /// site is resolved, and carry the [`Observer`] with them (into the backward pass too).
+    static OBSERVER: RefCell<Option<Observer>> = const { RefCell::new(None) };
 }
 
 /// The two FP8 formats, in report order.
@@ -40,24 +42,46 @@ pub const HISTOGRAM_MAX_EXPONENT: i32 = 16;
 struct Recorder {
     sites: BTreeMap<u32, SiteNumerics>,
     next_site: u32,
+    /// A gradient was recorded since the last forward site: the next forward site starts a
+    /// new step, numbered from 0 again.
+    saw_gradient: bool,
 }
 
-pub(crate) fn is_recording() -> bool {
-    RECORDING.with(Cell::get)
-}
+/// A numerics report being recorded, as an FP8 site holds it.
+#[derive(Clone, Default)]
+pub(crate) struct Observer(Arc<Mutex<Recorder>>);
 
-fn with_recorder<R>(f: impl FnOnce(&mut Recorder) -> R) -> R {
-    RECORDER.with(|r| f(r.borrow_mut().get_or_insert_with(Recorder::default)))
-}
-
-/// Numbers a new FP8 site of the forward pass (`kind` and operand shapes make its label).
-/// Sites are numbered in call order from the last backward pass on, so the same layer gets
-/// the same number at every step.
-pub(crate) fn next_site(kind: &str, lhs: &Shape, rhs: &Shape) -> u32 {
-    if !is_recording() {
-        return 0;
+impl fmt::Debug for Observer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Observer")
     }
-    with_recorder(|recorder| {
+}
+
+/// One FP8 site of a recorded step: where its tensors are reported.
+#[derive(Clone, Debug)]
+pub(crate) struct SiteTag {
+    observer: Observer,
+    site: u32,
+}
+
+impl Observer {
+    /// The observer of the [`Fp8Numerics::record`] open on this thread, if any.
+    pub(crate) fn current() -> Option<Self> {
+        OBSERVER.with(|o| o.borrow().clone())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Recorder> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Numbers a forward-pass FP8 site (`kind` and operand shapes make its label). Sites are
+    /// numbered in call order within a step, so the same layer gets the same number at
+    /// every step the report observes.
+    pub(crate) fn site(&self, kind: &str, lhs: &Shape, rhs: &Shape) -> SiteTag {
+        let mut recorder = self.lock();
+        if core::mem::take(&mut recorder.saw_gradient) {
+            recorder.next_site = 0;
+        }
         let site = recorder.next_site;
         recorder.next_site += 1;
         recorder.sites.entry(site).or_insert_with(|| SiteNumerics {
@@ -65,20 +89,16 @@ pub(crate) fn next_site(kind: &str, lhs: &Shape, rhs: &Shape) -> u32 {
             label: format!("{kind} {:?} x {:?}", lhs.as_slice(), rhs.as_slice()),
             roles: BTreeMap::new(),
         });
-        site
-    })
-}
-
-/// A backward pass starts: the next forward pass numbers its sites from 0 again.
-pub(crate) fn on_backward() {
-    if is_recording() {
-        with_recorder(|recorder| recorder.next_site = 0);
+        SiteTag {
+            observer: self.clone(),
+            site,
+        }
     }
 }
 
 /// Adds one quantized tensor (flattened, with its original `shape`) to the report.
 pub(crate) fn record<I: Backend>(
-    site: u32,
+    tag: &SiteTag,
     role: Fp8Role,
     recipe: Fp8Recipe,
     flat: FloatTensor<I>,
@@ -128,7 +148,10 @@ pub(crate) fn record<I: Backend>(
             }
         }
     }
-    with_recorder(|recorder| {
+    let site = tag.site;
+    let mut recorder = tag.observer.lock();
+    recorder.saw_gradient |= role == Fp8Role::Gradient;
+    {
         let entry = recorder.sites.entry(site).or_insert_with(|| SiteNumerics {
             site,
             label: format!("site {site}"),
@@ -139,7 +162,7 @@ pub(crate) fn record<I: Backend>(
             .entry(role)
             .and_modify(|r| r.merge(&stats))
             .or_insert(stats);
-    });
+    }
 }
 
 /// The numerics of one tensor role at one site, summed over the recorded steps.
@@ -271,24 +294,30 @@ pub struct Fp8Numerics {
 }
 
 impl Fp8Numerics {
-    /// Runs `f` (a training step or two) while recording every FP8 site that runs on this
-    /// thread, and returns its result with the report. A `record` inside another one
+    /// Runs `f` (a training step or several) while recording every FP8 site whose forward
+    /// op runs on this thread, and returns its result with the report. Its gradient is
+    /// recorded too, wherever the backward pass runs. Sites are numbered in call order
+    /// within a step (a step ends when a gradient has been recorded), so a layer keeps its
+    /// number across steps and its figures are summed. A `record` inside another one
     /// records into the inner report only.
     pub fn record<R>(f: impl FnOnce() -> R) -> (R, Self) {
-        struct Restore(bool, Option<Recorder>);
+        struct Restore(Option<Observer>);
         impl Drop for Restore {
             fn drop(&mut self) {
-                RECORDING.with(|r| r.set(self.0));
-                RECORDER.with(|r| *r.borrow_mut() = self.1.take());
+                OBSERVER.with(|o| *o.borrow_mut() = self.0.take());
             }
         }
-        let outer = RECORDER.with(|r| r.borrow_mut().replace(Recorder::default()));
-        let restore = Restore(RECORDING.with(|r| r.replace(true)), outer);
+        let observer = Observer::default();
+        let restore = Restore(OBSERVER.with(|o| o.borrow_mut().replace(observer.clone())));
         let out = f();
-        let recorder = RECORDER.with(|r| r.borrow_mut().take()).unwrap_or_default();
         drop(restore);
-        let sites = recorder.sites.into_values().collect();
-        (out, Self { sites })
+        let sites = core::mem::take(&mut observer.lock().sites);
+        (
+            out,
+            Self {
+                sites: sites.into_values().collect(),
+            },
+        )
     }
 
     /// The sites, in call order.

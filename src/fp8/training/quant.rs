@@ -19,13 +19,13 @@ use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
 use burn_tensor::{DType, FloatDType, Shape, TensorMetadata};
 
-use super::numerics;
+use super::numerics::{self, SiteTag};
 use super::scaling::Fp8Role;
 use crate::fp8::{Fp8Backend, Fp8Recipe};
 
 /// `tensor` rounded to FP8 by `role`'s cast with `recipe`'s current scales, back in its own
 /// dtype and shape. f64 and empty tensors are handed back untouched (burn-amp never narrows
-/// f64). Records the tensor in the numerics report when one is being recorded.
+/// f64). Records the tensor in the numerics report `site` belongs to, if any.
 ///
 /// # Panics
 /// When the tensor has more than 2^32 - 1 elements (the FP8 kernels index with 32 bits).
@@ -33,7 +33,7 @@ pub(crate) fn fake_quantize<I: Fp8Backend>(
     tensor: FloatTensor<I>,
     role: Fp8Role,
     recipe: Fp8Recipe,
-    site: u32,
+    site: Option<SiteTag>,
 ) -> FloatTensor<I> {
     let shape = tensor.shape();
     let len = shape.num_elements();
@@ -48,8 +48,8 @@ pub(crate) fn fake_quantize<I: Fp8Backend>(
         .layout(&shape)
         .unwrap_or_else(|e| panic!("FP8 training of a tensor of shape {shape:?}: {e}"));
     let flat = I::float_reshape(tensor, Shape::new([len]));
-    if numerics::is_recording() {
-        numerics::record::<I>(site, role, recipe, flat.clone(), &shape);
+    if let Some(tag) = &site {
+        numerics::record::<I>(tag, role, recipe, flat.clone(), &shape);
     }
     let rule = recipe.rule().unwrap_or(ScaleRule::Float { margin: 0 });
     let values = I::fp8_fake_quantize(flat, layout, role.cast(), rule);
@@ -64,7 +64,7 @@ pub(crate) trait Quantize: Backend {
         tensor: FloatTensor<Self>,
         role: Fp8Role,
         recipe: Fp8Recipe,
-        site: u32,
+        site: Option<SiteTag>,
     ) -> FloatTensor<Self>;
 
     /// Identity forward, fake-quantized gradient backward.
@@ -72,7 +72,7 @@ pub(crate) trait Quantize: Backend {
         tensor: FloatTensor<Self>,
         role: Fp8Role,
         recipe: Fp8Recipe,
-        site: u32,
+        site: Option<SiteTag>,
     ) -> FloatTensor<Self>;
 }
 
@@ -97,7 +97,7 @@ impl<I: Backend> Backward<I, 1> for StraightThrough {
 struct QuantizeGrad;
 
 impl<I: Fp8Backend> Backward<I, 1> for QuantizeGrad {
-    type State = (Fp8Role, Fp8Recipe, u32);
+    type State = (Fp8Role, Fp8Recipe, Option<SiteTag>);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let grad = grads.consume::<I>(&ops.node);
@@ -114,7 +114,7 @@ impl<I: Fp8Backend, C: CheckpointStrategy> Quantize for Autodiff<I, C> {
         tensor: FloatTensor<Self>,
         role: Fp8Role,
         recipe: Fp8Recipe,
-        site: u32,
+        site: Option<SiteTag>,
     ) -> FloatTensor<Self> {
         let values = fake_quantize::<I>(tensor.primitive.clone(), role, recipe, site);
         StraightThrough
@@ -127,7 +127,7 @@ impl<I: Fp8Backend, C: CheckpointStrategy> Quantize for Autodiff<I, C> {
         tensor: FloatTensor<Self>,
         role: Fp8Role,
         recipe: Fp8Recipe,
-        site: u32,
+        site: Option<SiteTag>,
     ) -> FloatTensor<Self> {
         match QuantizeGrad
             .prepare::<C>([tensor.node.clone()])

@@ -15,12 +15,15 @@ use burn::backend::autodiff::checkpoint::strategy::{
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
 
+use super::numerics::SiteTag;
 use super::quant::{self, Quantize};
 use super::scaling::Fp8Role;
 use crate::fp8::{Fp8Backend, Fp8Recipe};
 
-/// Quantizes a tensor for one role of one site: `(tensor, role, recipe, site)`.
-pub(crate) type QuantFn<B> = fn(FloatTensor<B>, Fp8Role, Fp8Recipe, u32) -> FloatTensor<B>;
+/// Quantizes a tensor for one role of one site: `(tensor, role, recipe, site)`; `site` is
+/// where the numerics report (when one is recorded) counts the tensor.
+pub(crate) type QuantFn<B> =
+    fn(FloatTensor<B>, Fp8Role, Fp8Recipe, Option<SiteTag>) -> FloatTensor<B>;
 
 /// The FP8 operations of one backend type.
 pub(crate) struct Fp8Ops<B: Backend> {
@@ -42,6 +45,8 @@ impl<B: Backend> Copy for Fp8Ops<B> {}
 
 type Registry = HashMap<TypeId, Box<dyn Any + Send + Sync>>;
 
+/// Why a global: `MixedPrecision<B>` wraps any `B`, and Rust cannot ask inside its blanket
+/// impls whether `B: Fp8Backend`; registration by `TypeId` is how the answer is found.
 static REGISTRY: LazyLock<RwLock<Registry>> = LazyLock::new(|| {
     let mut map = Registry::new();
     register_builtin(&mut map);

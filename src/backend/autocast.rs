@@ -1,4 +1,4 @@
-//! The casting rules, in one place. Every intercepted op of
+//! The casting rules, in one place; the policy they follow comes from `crate::context`. Every intercepted op of
 //! [`MixedPrecision`](crate::MixedPrecision) calls one of these on its float inputs and then
 //! hands them to the inner backend.
 //!
@@ -20,7 +20,7 @@ use burn_tensor::TensorMetadata;
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
 
-use super::scope;
+use crate::context;
 
 /// The float dtype of a tensor primitive.
 pub(crate) fn dtype<B: Backend>(tensor: &FloatTensor<B>) -> FloatDType {
@@ -42,12 +42,12 @@ fn is_reduced(dtype: FloatDType) -> bool {
 
 /// The compute dtype of the policy in force for the device `tensor` lives on.
 pub(crate) fn compute_dtype<B: Backend>(tensor: &FloatTensor<B>) -> FloatDType {
-    scope::resolve::<B>(&B::float_device(tensor)).compute_dtype()
+    context::policy::<B>(&B::float_device(tensor)).compute_dtype()
 }
 
 /// The variable dtype of the policy in force for `device`.
 pub(crate) fn variable_dtype<B: Backend>(device: &B::Device) -> FloatDType {
-    scope::resolve::<B>(device).variable_dtype()
+    context::policy::<B>(device).variable_dtype()
 }
 
 /// Casts an input of a compute-class op to `target`; f64 is left alone.

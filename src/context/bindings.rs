@@ -1,0 +1,71 @@
+//! The process-wide bindings: the global policy, each device's policy, each device's loss
+//! scale, the default loss scales, and which policies were already checked against which
+//! backend and device. One table behind one lock.
+
+use core::any::TypeId;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+
+use burn_tensor::backend::{DeviceId, DeviceOps};
+
+use crate::policy::{Policy, PolicyError};
+
+/// A device, whatever its backend: its type and its id.
+pub(crate) type DeviceKey = (TypeId, DeviceId);
+
+/// The key of `device`.
+pub(crate) fn device_key<D: DeviceOps + 'static>(device: &D) -> DeviceKey {
+    (TypeId::of::<D>(), device.id())
+}
+
+/// What a backward pass asks of the loss scale bound to its device. Implemented by
+/// [`crate::loss_scale`]; the context keeps only this view, so it imports nothing from there.
+pub(crate) trait ScaleSource: Send + Sync {
+    /// The factor to multiply the loss by; `needed` says whether the policy computes in
+    /// f16 (scaling needed) or not (bf16, f32: the factor is 1).
+    fn begin_backward(&self, needed: bool) -> f32;
+}
+
+/// A loss-scale binding; it ends when its owner (the optimizer and its clones) is dropped.
+pub(crate) type ScaleBinding = Weak<dyn ScaleSource>;
+
+#[derive(Default)]
+pub(crate) struct Bindings {
+    pub global: Option<Policy>,
+    pub device_policies: HashMap<DeviceKey, Policy>,
+    /// Policies checked against a backend (its `TypeId`) and device, with the result.
+    pub checked: HashMap<(TypeId, DeviceKey, Policy), Result<(), PolicyError>>,
+    pub device_scales: HashMap<DeviceKey, ScaleBinding>,
+    /// Automatic optimizers bound to no device, oldest first.
+    pub default_scales: Vec<ScaleBinding>,
+}
+
+/// Why a global: Burn's ops receive no user state, devices are process-wide, and a backward
+/// pass may run on a worker thread (multi-device training), so a binding must be visible
+/// from every thread.
+static BINDINGS: LazyLock<RwLock<Bindings>> = LazyLock::new(Default::default);
+
+pub(crate) fn read() -> RwLockReadGuard<'static, Bindings> {
+    BINDINGS.read().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn write() -> RwLockWriteGuard<'static, Bindings> {
+    BINDINGS.write().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Bindings {
+    /// The loss scale a backward pass on `device` applies: the device's own binding, else
+    /// the most recently bound default one; bindings whose owner is gone do not count.
+    pub fn scale_for(&self, device: &DeviceKey) -> Option<Arc<dyn ScaleSource>> {
+        if let Some(source) = self.device_scales.get(device).and_then(Weak::upgrade) {
+            return Some(source);
+        }
+        self.default_scales.iter().rev().find_map(Weak::upgrade)
+    }
+
+    /// Forgets bindings whose owner is gone.
+    pub fn prune(&mut self) {
+        self.device_scales.retain(|_, s| s.strong_count() > 0);
+        self.default_scales.retain(|s| s.strong_count() > 0);
+    }
+}

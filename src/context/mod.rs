@@ -1,0 +1,249 @@
+//! One context: where an op of [`MixedPrecision`](crate::MixedPrecision) learns what it runs
+//! under. An op asks once, with its device, and gets values back:
+//!
+//! - its [`Policy`]: a scoped one ([`with_policy`]), else the device's
+//!   ([`MixedPrecision::set_policy`](crate::MixedPrecision::set_policy)), else the global
+//!   one ([`set_global_policy`]), else `float32`; checked against the backend;
+//! - under an FP8 policy, its FP8 site: the backend's registered FP8 operations, the
+//!   policy's scaling, and the numerics report being recorded, if any;
+//! - for a backward pass, the loss scale bound to the device: the device's own automatic
+//!   [`LossScaleOptimizer`](crate::LossScaleOptimizer), else the default one.
+//!
+//! The bindings behind these answers live here and nowhere else (`bindings`: process-wide;
+//! `scope`: this thread's scopes), so one module answers "where does this dtype or scale
+//! come from". The modules whose values are bound (`policy`, `fp8`, `loss_scale`) keep no
+//! bindings of their own, except the FP8 registry and the numerics scope (see their
+//! reasons).
+
+mod bindings;
+mod scope;
+
+use core::any::TypeId;
+use std::sync::{Arc, Weak};
+
+use burn_tensor::backend::{Backend, DeviceOps};
+use burn_tensor::{DType, FloatDType};
+
+pub(crate) use bindings::ScaleSource;
+use bindings::device_key;
+pub use scope::with_policy;
+
+use crate::fp8::training::{Fp8Site, Observer, registry};
+use crate::policy::{IntoPolicy, Policy, PolicyError};
+
+/// What one op runs under, resolved once.
+pub(crate) struct OpContext<B: Backend> {
+    /// The policy in force for the op's device, checked against `B`.
+    pub policy: Policy,
+    /// The FP8 treatment of compute-class ops, under an FP8 policy.
+    pub fp8: Option<Fp8Site<B>>,
+}
+
+impl<B: Backend> OpContext<B> {
+    /// Runs a compute-class op `op(lhs, rhs)` whose inputs are in the compute dtype: as it
+    /// is, or through its FP8 site.
+    pub fn compute(
+        &self,
+        kind: &str,
+        lhs: burn_tensor::ops::FloatTensor<B>,
+        rhs: burn_tensor::ops::FloatTensor<B>,
+        op: impl FnOnce(
+            burn_tensor::ops::FloatTensor<B>,
+            burn_tensor::ops::FloatTensor<B>,
+        ) -> burn_tensor::ops::FloatTensor<B>,
+    ) -> burn_tensor::ops::FloatTensor<B> {
+        match &self.fp8 {
+            Some(site) => site.run(kind, lhs, rhs, op),
+            None => op(lhs, rhs),
+        }
+    }
+}
+
+/// The policy in force for `device` on this thread, checked against `B`.
+///
+/// # Panics
+/// With [`PolicyError::Unsupported`]'s (or `Fp8Unavailable`'s) message when the device cannot
+/// run the policy: an op never runs in other dtypes than the policy asks for.
+pub(crate) fn policy<B: Backend>(device: &B::Device) -> Policy {
+    let policy = current(device);
+    if let Err(err) = check::<B>(device, policy) {
+        panic!("{err}");
+    }
+    policy
+}
+
+/// The policy and FP8 site of a compute-class op on `device`.
+///
+/// # Panics
+/// As [`policy`].
+pub(crate) fn resolve<B: Backend>(device: &B::Device) -> OpContext<B> {
+    let policy = self::policy::<B>(device);
+    let fp8 = policy.fp8_scaling().map(|scaling| {
+        // `check` refuses an FP8 policy on an unregistered backend, so this finds it.
+        let ops = registry::lookup::<B>().expect("FP8 operations checked by the policy check");
+        Fp8Site::new(ops, scaling, Observer::current())
+    });
+    OpContext { policy, fp8 }
+}
+
+/// What a backward pass on `device` runs under: its policy, and the factor its loss is
+/// multiplied by (the bound loss scale under a policy that needs one, else 1).
+pub(crate) fn backward<B: Backend>(device: &B::Device) -> (Policy, f32) {
+    let policy = self::policy::<B>(device);
+    let source = bindings::read().scale_for(&device_key(device));
+    let scale = source
+        .map(|s| s.begin_backward(policy.needs_loss_scaling()))
+        .unwrap_or(1.0);
+    (policy, scale)
+}
+
+/// The policy in force for `device` on this thread, unchecked.
+pub(crate) fn current<D: DeviceOps + 'static>(device: &D) -> Policy {
+    if let Some(policy) = scope::innermost() {
+        return policy;
+    }
+    let bindings = bindings::read();
+    if !bindings.device_policies.is_empty()
+        && let Some(policy) = bindings.device_policies.get(&device_key(device))
+    {
+        return *policy;
+    }
+    bindings.global.unwrap_or_default()
+}
+
+/// Sets the policy for every device that has no policy of its own, like Keras'
+/// `set_global_policy`.
+///
+/// The name is checked here; whether a device can run the policy is checked by
+/// [`MixedPrecision::policy`](crate::MixedPrecision::policy), or at the first op on that
+/// device, which panics with [`PolicyError::Unsupported`] rather than run other dtypes
+/// than the ones asked for.
+///
+/// ```
+/// burn_amp::set_global_policy("mixed_bfloat16")?;
+/// assert_eq!(burn_amp::global_policy().name(), "mixed_bfloat16");
+/// assert!(burn_amp::set_global_policy("mixed_float8").is_err());
+/// # burn_amp::set_global_policy("float32")?;
+/// # Ok::<(), burn_amp::PolicyError>(())
+/// ```
+///
+/// # Errors
+/// [`PolicyError::UnknownName`] or [`PolicyError::InvalidSpec`] for a string that is not a
+/// policy; the global policy is then left as it was.
+pub fn set_global_policy(policy: impl IntoPolicy) -> Result<(), PolicyError> {
+    let policy = policy.into_policy()?;
+    bindings::write().global = Some(policy);
+    Ok(())
+}
+
+/// The global policy: the one last set with [`set_global_policy`], else `float32`.
+pub fn global_policy() -> Policy {
+    bindings::read().global.unwrap_or_default()
+}
+
+pub(crate) fn set_device_policy<D: DeviceOps + 'static>(device: &D, policy: Policy) {
+    bindings::write()
+        .device_policies
+        .insert(device_key(device), policy);
+}
+
+pub(crate) fn clear_device_policy<D: DeviceOps + 'static>(device: &D) {
+    bindings::write()
+        .device_policies
+        .remove(&device_key(device));
+}
+
+/// Checks that backend `B` runs every dtype of `policy` on `device`, and has FP8
+/// operations registered when the policy asks for FP8.
+pub(crate) fn check<B: Backend>(device: &B::Device, policy: Policy) -> Result<(), PolicyError> {
+    if !policy.is_reduced_precision() {
+        return Ok(());
+    }
+    let key = (TypeId::of::<B>(), device_key(device), policy);
+    if let Some(result) = bindings::read().checked.get(&key) {
+        return result.clone();
+    }
+    let result = check_uncached::<B>(device, policy);
+    bindings::write().checked.insert(key, result.clone());
+    result
+}
+
+fn check_uncached<B: Backend>(device: &B::Device, policy: Policy) -> Result<(), PolicyError> {
+    if let Some(dtype) = policy
+        .required_dtypes()
+        .into_iter()
+        .find(|d| !B::supports_dtype(device, DType::from(*d)))
+    {
+        return Err(PolicyError::Unsupported {
+            backend: B::name(device),
+            device: format!("{device:?}"),
+            policy,
+            dtype,
+            suggestion: suggestion::<B>(device, policy),
+        });
+    }
+    if policy.fp8_scaling().is_some() && registry::lookup::<B>().is_none() {
+        return Err(PolicyError::Fp8Unavailable {
+            backend: B::name(device),
+            policy,
+            suggestion: policy.without_fp8(),
+        });
+    }
+    Ok(())
+}
+
+/// The nearest policy `B` runs on `device`: the other 16-bit format with the same layout
+/// (mixed or pure), else `float32`.
+fn suggestion<B: Backend>(device: &B::Device, policy: Policy) -> Policy {
+    let alternative = policy.with_16_bit_formats_swapped();
+    let runs = alternative
+        .required_dtypes()
+        .into_iter()
+        .all(|d| B::supports_dtype(device, DType::from(d)));
+    if runs { alternative } else { Policy::float32() }
+}
+
+/// Why a loss scale could not be bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DeviceTaken(pub String);
+
+/// Binds `source` to each of `devices` (all or none): backward passes on them apply it.
+///
+/// # Errors
+/// [`DeviceTaken`] naming the first device another live binding holds.
+pub(crate) fn bind_scale_to_devices<D: DeviceOps + 'static>(
+    source: &Arc<dyn ScaleSource>,
+    devices: &[D],
+) -> Result<(), DeviceTaken> {
+    let mut bindings = bindings::write();
+    bindings.prune();
+    if let Some(taken) = devices
+        .iter()
+        .find(|d| bindings.device_scales.contains_key(&device_key(*d)))
+    {
+        return Err(DeviceTaken(format!("{taken:?}")));
+    }
+    for device in devices {
+        bindings
+            .device_scales
+            .insert(device_key(device), Arc::downgrade(source));
+    }
+    Ok(())
+}
+
+/// Binds `source` as the default loss scale: backward passes on devices without a scale of
+/// their own apply the most recently bound default that is still alive.
+pub(crate) fn bind_default_scale(source: &Arc<dyn ScaleSource>) {
+    let mut bindings = bindings::write();
+    bindings.prune();
+    let weak: Weak<dyn ScaleSource> = Arc::downgrade(source);
+    bindings.default_scales.push(weak);
+}
+
+/// The dtype a backward pass starts from: the policy's output dtype (f64 stays f64).
+pub(crate) fn loss_dtype(policy: Policy, dtype: FloatDType) -> FloatDType {
+    match dtype {
+        FloatDType::F64 => dtype,
+        _ => policy.output_dtype(),
+    }
+}
