@@ -33,7 +33,8 @@ pub(crate) type ScaleBinding = Weak<dyn ScaleSource>;
 pub(crate) struct Bindings {
     pub global: Option<Policy>,
     pub device_policies: HashMap<DeviceKey, Policy>,
-    /// Policies checked against a backend (its `TypeId`) and device, with the result.
+    /// Policies whose dtypes were checked against a backend (its `TypeId`) and device, with
+    /// the result.
     pub checked: HashMap<(TypeId, DeviceKey, Policy), Result<(), PolicyError>>,
     pub device_scales: HashMap<DeviceKey, ScaleBinding>,
     /// Automatic optimizers bound to no device, oldest first.

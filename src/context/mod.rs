@@ -154,34 +154,13 @@ pub(crate) fn clear_device_policy<D: DeviceOps + 'static>(device: &D) {
 }
 
 /// Checks that backend `B` runs every dtype of `policy` on `device`, and has FP8
-/// operations registered when the policy asks for FP8.
+/// operations registered when the policy asks for FP8 (looked up each time: a backend may
+/// be registered later).
 pub(crate) fn check<B: Backend>(device: &B::Device, policy: Policy) -> Result<(), PolicyError> {
     if !policy.is_reduced_precision() {
         return Ok(());
     }
-    let key = (TypeId::of::<B>(), device_key(device), policy);
-    if let Some(result) = bindings::read().checked.get(&key) {
-        return result.clone();
-    }
-    let result = check_uncached::<B>(device, policy);
-    bindings::write().checked.insert(key, result.clone());
-    result
-}
-
-fn check_uncached<B: Backend>(device: &B::Device, policy: Policy) -> Result<(), PolicyError> {
-    if let Some(dtype) = policy
-        .required_dtypes()
-        .into_iter()
-        .find(|d| !B::supports_dtype(device, DType::from(*d)))
-    {
-        return Err(PolicyError::Unsupported {
-            backend: B::name(device),
-            device: format!("{device:?}"),
-            policy,
-            dtype,
-            suggestion: suggestion::<B>(device, policy),
-        });
-    }
+    check_dtypes::<B>(device, policy)?;
     if policy.fp8_scaling().is_some() && registry::lookup::<B>().is_none() {
         return Err(PolicyError::Fp8Unavailable {
             backend: B::name(device),
@@ -190,6 +169,30 @@ fn check_uncached<B: Backend>(device: &B::Device, policy: Policy) -> Result<(), 
         });
     }
     Ok(())
+}
+
+/// Whether `B` supports every dtype of `policy` on `device`; the answer is cached.
+fn check_dtypes<B: Backend>(device: &B::Device, policy: Policy) -> Result<(), PolicyError> {
+    let key = (TypeId::of::<B>(), device_key(device), policy);
+    if let Some(result) = bindings::read().checked.get(&key) {
+        return result.clone();
+    }
+    let result = match policy
+        .required_dtypes()
+        .into_iter()
+        .find(|d| !B::supports_dtype(device, DType::from(*d)))
+    {
+        None => Ok(()),
+        Some(dtype) => Err(PolicyError::Unsupported {
+            backend: B::name(device),
+            device: format!("{device:?}"),
+            policy,
+            dtype,
+            suggestion: suggestion::<B>(device, policy),
+        }),
+    };
+    bindings::write().checked.insert(key, result.clone());
+    result
 }
 
 /// The nearest policy `B` runs on `device`: the other 16-bit format with the same layout

@@ -87,10 +87,11 @@ fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
             let value = value.trim();
             let scaling = match value {
                 "none" => None,
-                other => Some(
-                    Fp8Scaling::from_name(other)
-                        .ok_or_else(|| invalid(format!("unknown fp8 scaling {other:?}")))?,
-                ),
+                other => Some(Fp8Scaling::from_name(other).ok_or_else(|| {
+                    invalid(format!(
+                        "unknown fp8 scaling {other:?}; use tensor, blockwise or none"
+                    ))
+                })?),
             };
             if fp8.replace(scaling).is_some() {
                 return Err(invalid("key \"fp8\" is given twice".into()));
@@ -102,7 +103,9 @@ fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
             "compute" | "c" => 1,
             "output" | "o" => 2,
             other => {
-                return Err(invalid(format!("unknown key {other:?}")));
+                return Err(invalid(format!(
+                    "unknown key {other:?}; the keys are params, compute, output and fp8"
+                )));
             }
         };
         let value = value.trim();
