@@ -335,7 +335,7 @@ impl LossScaleConfig {
     /// use burn_amp::{LossScaleConfig, LossScaleError, MixedPrecision};
     ///
     /// type B = MixedPrecision<Autodiff<Flex>>;
-    /// let device = Default::default();
+    /// let device = burn::backend::flex::FlexDevice::default();
     /// let adam = || AdamConfig::new().init::<B, Linear<B>>();
     /// let optim = LossScaleConfig::new().init_on(adam(), &[device])?;
     /// // The device is taken while `optim` lives:
