@@ -153,7 +153,9 @@ fn two_models_on_two_devices_train_in_alternation_each_with_its_own_scale() {
     MixedPrecision::<Autodiff<Wgpu>>::set_policy(&wgpu, "mixed_float16").unwrap();
     let config = |s: f32| scaled(s).with_growth_interval(1000);
     let mut optim_f = config(1024.0).init_on(sgd::<Fx>(), &[flex]).unwrap();
-    let mut optim_w = config(256.0).init_on(sgd::<Wx>(), &[wgpu.clone()]).unwrap();
+    let mut optim_w = config(256.0)
+        .init_on(sgd::<Wx>(), std::slice::from_ref(&wgpu))
+        .unwrap();
     let mut model_f = Mlp::<Fx>::new(8, 16, 4, &flex);
     let mut model_w = Mlp::<Wx>::new(8, 16, 4, &wgpu);
     let (mut first_f, mut first_w, mut last_f, mut last_w) = (0.0, 0.0, 0.0, 0.0);
