@@ -4,7 +4,7 @@
 
 use burn_amp_kernels::fp8::launch::BlockLayout;
 use burn_amp_kernels::fp8::reference;
-use burn_amp_kernels::fp8::scale::{ScaleRule, amax_bits, block_scale, flush};
+use burn_amp_kernels::fp8::scale::{ScaleRule, amax_bits, block_scale};
 use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format};
 use burn_tensor::TensorMetadata;
 use burn_tensor::backend::Backend;
@@ -125,12 +125,7 @@ pub trait Fp8Backend: Backend {
         let round_trip = |i: usize, x: f32| {
             let s = scales[layout.block_of(i as u32) as usize];
             let code = reference::encode_scaled(x, s.scale, cast, i as u32);
-            let value = decoded[code as usize];
-            if s.scale_inv == 1.0 {
-                value
-            } else {
-                flush(value * s.scale_inv)
-            }
+            reference::scaled(decoded[code as usize], s.scale_inv)
         };
         let data = match dtype {
             FloatDType::F16 => TensorData::new(

@@ -270,6 +270,25 @@ pub fn scales_kernel(
     scale_invs[b] = scale_inv;
 }
 
+/// `x` (as f32 bits) times `scale`, the way [`super::reference::encode_scaled`] has it:
+/// untouched for a scale of exactly 1, the canonical NaN for a NaN scale (an MX block holding
+/// an inf or NaN), else the product with f32 subnormals flushed before and after. Decided on
+/// bits, not float compares: a Vulkan driver need not keep IEEE NaN semantics (lavapipe
+/// does not), so NaN must never be left to the arithmetic.
+#[cube]
+pub fn scaled(bits: u32, scale: f32) -> u32 {
+    let s = u32::reinterpret(scale);
+    let mut out = bits;
+    if s != 0x3f80_0000u32 {
+        if (s & 0x7fff_ffffu32) > 0x7f80_0000u32 {
+            out = 0x7fc0_0000u32;
+        } else {
+            out = flush(u32::reinterpret(f32::reinterpret(flush(bits)) * scale));
+        }
+    }
+    out
+}
+
 /// The index of the scale block element `i` belongs to.
 #[cube]
 pub fn block_of(i: u32, cols: u32, block_rows: u32, block_cols: u32, blocks_per_row: u32) -> u32 {
@@ -309,10 +328,7 @@ pub fn quantize_kernel<F: Float>(
         let i = first + j;
         if i < len {
             let scale = scales[block_of(i, cols, block_rows, block_cols, blocks_per_row) as usize];
-            let mut bits = u32::reinterpret(f32::cast_from(input[i as usize]));
-            if scale != 1.0 {
-                bits = flush(u32::reinterpret(f32::reinterpret(flush(bits)) * scale));
-            }
+            let bits = scaled(u32::reinterpret(f32::cast_from(input[i as usize])), scale);
             let code = encode(bits, bias, seed, i, m, saturate, stochastic);
             packed |= code << (8 * j);
         }
@@ -347,12 +363,9 @@ pub fn dequantize_kernel<F: Float>(
         let i = first + j;
         if i < len {
             let code = (packed >> (8 * j)) & 0xffu32;
-            let mut x = f32::reinterpret(decode(code, bias, m));
             let scale_inv =
                 scale_invs[block_of(i, cols, block_rows, block_cols, blocks_per_row) as usize];
-            if scale_inv != 1.0 {
-                x = f32::reinterpret(flush(u32::reinterpret(x * scale_inv)));
-            }
+            let x = f32::reinterpret(scaled(decode(code, bias, m), scale_inv));
             output[i as usize] = F::cast_from(x);
         }
     }

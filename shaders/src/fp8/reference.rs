@@ -177,21 +177,24 @@ pub fn decode_bits(code: u8, format: Fp8Format) -> u32 {
 /// of exactly 1), with f32 subnormals flushed to signed zero before and after (see
 /// [`super::scale`]).
 pub fn encode_scaled(x: f32, scale: f32, cast: Fp8Cast, index: u32) -> u8 {
-    let x = if scale == 1.0 {
+    encode(scaled(x, scale), cast, index)
+}
+
+/// `x * scale` as the scaled paths compute it: `x` for a scale of exactly 1, the canonical
+/// (positive, quiet) NaN for a NaN scale, whatever `x` is (so no host's NaN-sign rules leak
+/// in), else the product with f32 subnormals flushed before and after.
+pub fn scaled(x: f32, scale: f32) -> f32 {
+    if scale.to_bits() == 1f32.to_bits() {
         x
+    } else if scale.is_nan() {
+        f32::from_bits(0x7fc0_0000)
     } else {
         flush(flush(x) * scale)
-    };
-    encode(x, cast, index)
+    }
 }
 
 /// Decodes one code and multiplies it by `scale_inv` in f32 (skipped for exactly 1),
 /// flushing an f32-subnormal result to signed zero.
 pub fn decode_scaled(code: u8, format: Fp8Format, scale_inv: f32) -> f32 {
-    let x = decode(code, format);
-    if scale_inv == 1.0 {
-        x
-    } else {
-        flush(x * scale_inv)
-    }
+    scaled(decode(code, format), scale_inv)
 }

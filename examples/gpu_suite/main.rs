@@ -1,0 +1,302 @@
+//! The GPU suite: burn-amp's correctness checks (PASS/FAIL lines and a summary) and its speed
+//! figures (ratios timed alternately in the same run) on an NVIDIA GPU, through CUDA and
+//! through wgpu over Vulkan; or, with `--quick`, the same harness on the CPU (Flex, and wgpu
+//! over lavapipe) with small sizes, which is how CI keeps it from rotting.
+//!
+//! ```sh
+//! cargo run --example gpu_suite -- --quick                      # CPU, seconds to minutes
+//! ./scripts/gpu-suite.sh pack                                    # build --features cuda, pack
+//! ./scripts/gpu-suite.sh run DIR                                 # on the GPU machine
+//! ```
+//!
+//! Writes a Markdown report (`--out FILE`, default `gpu-suite-report.md`) and exits 1 when a
+//! check failed or a backend could not start.
+
+#[path = "../bench/alloc.rs"]
+mod alloc;
+mod checks;
+mod fp8;
+#[path = "../bench/kernels.rs"]
+mod kernels;
+mod matmul;
+#[path = "../bench/models.rs"]
+mod models;
+mod probe;
+#[path = "../bench/report.rs"]
+#[allow(dead_code)]
+mod report;
+#[path = "../bench/stats.rs"]
+mod stats;
+#[path = "../bench/training.rs"]
+mod training;
+
+use std::fmt::Write as _;
+
+use burn::backend::{Autodiff, Flex, Wgpu};
+use burn::tensor::backend::Backend;
+use burn_amp::accum::AccumBackend;
+use burn_amp::fp8::Fp8Backend;
+use checks::Checks;
+use models::Workload;
+pub use report::{Goal, Row};
+
+#[global_allocator]
+static ALLOC: alloc::Counting = alloc::Counting;
+
+struct Options {
+    quick: bool,
+    checks_only: bool,
+    out: String,
+}
+
+/// The sizes of one mode.
+struct Sizes {
+    runs: usize,
+    random_f32: usize,
+    mlp: Workload,
+    decoder: Workload,
+    matmul: Vec<usize>,
+    kernels_quick: bool,
+}
+
+impl Sizes {
+    fn of(quick: bool) -> Self {
+        if quick {
+            Self {
+                runs: 1,
+                random_f32: 1 << 16,
+                mlp: Workload::Mlp {
+                    width: 64,
+                    batch: 8,
+                },
+                decoder: Workload::Encoder {
+                    d_model: 32,
+                    layers: 1,
+                    seq: 8,
+                    batch: 2,
+                },
+                matmul: vec![64],
+                kernels_quick: true,
+            }
+        } else {
+            Self {
+                runs: 7,
+                random_f32: 1 << 20,
+                mlp: Workload::Mlp {
+                    width: 4096,
+                    batch: 1024,
+                },
+                decoder: Workload::Encoder {
+                    d_model: 1024,
+                    layers: 8,
+                    seq: 1024,
+                    batch: 8,
+                },
+                matmul: vec![4096, 8192],
+                kernels_quick: false,
+            }
+        }
+    }
+}
+
+fn parse() -> Options {
+    let mut options = Options {
+        quick: false,
+        checks_only: false,
+        out: "gpu-suite-report.md".into(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => options.quick = true,
+            "--checks-only" => options.checks_only = true,
+            "--out" => match args.next() {
+                Some(out) => options.out = out,
+                None => usage(),
+            },
+            _ => usage(),
+        }
+    }
+    options
+}
+
+fn usage() -> ! {
+    eprintln!("usage: gpu_suite [--quick] [--checks-only] [--out FILE]");
+    std::process::exit(2);
+}
+
+/// Every correctness check on backend `B`.
+fn check<B: Backend + Fp8Backend + AccumBackend>(name: &str, sizes: &Sizes) -> Checks {
+    let device = B::Device::default();
+    let mut checks = Checks::new(name);
+    checks::dtypes::<B>(&mut checks, &device);
+    checks::float32_is_bare::<B>(&mut checks, &device);
+    checks::skipped_step_touches_nothing::<B>(&mut checks, &device);
+    fp8::fp8_bytes::<B>(&mut checks, &device, sizes.random_f32);
+    fp8::accumulation::<B>(&mut checks, &device);
+    fp8::training_step::<B>(&mut checks, &device);
+    checks
+}
+
+/// Every speed row on backend `B` (autodiff over it for training) with runtime `R`.
+fn speed<B: Backend, R: cubecl::Runtime>(
+    name: &str,
+    sizes: &Sizes,
+    policies: &[&str],
+    rows: &mut Vec<Row>,
+) {
+    eprintln!("gpu_suite: speed on {name}");
+    rows.push(training::overhead::<Autodiff<B>>(
+        sizes.mlp, sizes.runs, name,
+    ));
+    for workload in [sizes.mlp, sizes.decoder] {
+        rows.extend(training::policies::<Autodiff<B>>(
+            workload, policies, sizes.runs, name, false,
+        ));
+    }
+    rows.extend(matmul::rows::<B>(&sizes.matmul, sizes.runs, name));
+    rows.extend(kernels::rows::<R>(
+        &Default::default(),
+        sizes.kernels_quick,
+        sizes.runs,
+        name,
+    ));
+}
+
+/// What the run is on: the CPU, and the GPU with its driver when `nvidia-smi` answers.
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let gpu = std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=name,driver_version", "--format=csv,noheader"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .replace('\n', "; ")
+        });
+    match gpu {
+        Some(gpu) => format!("{gpu} (name, driver); host CPU {cpu}"),
+        None => format!("{cpu} (no NVIDIA GPU seen)"),
+    }
+}
+
+fn main() {
+    let options = parse();
+    let sizes = Sizes::of(options.quick);
+    let mut all = Vec::new();
+    let mut rows = Vec::new();
+    let mut unavailable = Vec::new();
+    let fp8_policies = [
+        "mixed_float16",
+        "mixed_bfloat16",
+        "float8_from_mixed_bfloat16",
+    ];
+
+    if options.quick {
+        all.push(check::<Flex>("Flex (CPU)", &sizes));
+    }
+    #[cfg(feature = "cuda")]
+    {
+        use burn::backend::Cuda;
+        match probe::start::<Cuda>("CUDA") {
+            Ok(()) => {
+                let name = format!("CUDA ({})", Cuda::name(&Default::default()));
+                all.push(check::<Cuda>(&name, &sizes));
+                if !options.checks_only {
+                    speed::<Cuda, cubecl::cuda::CudaRuntime>(
+                        &name,
+                        &sizes,
+                        &fp8_policies,
+                        &mut rows,
+                    );
+                }
+            }
+            Err(why) => unavailable.push(why),
+        }
+    }
+    let wgpu = if options.quick {
+        "wgpu (lavapipe)"
+    } else {
+        "wgpu (Vulkan)"
+    };
+    match probe::start::<Wgpu>("wgpu") {
+        Ok(()) => {
+            all.push(check::<Wgpu>(wgpu, &sizes));
+            if !options.checks_only {
+                // WGSL has no bf16: the f16 policies only.
+                let policies = ["mixed_float16", "float8_from_mixed_float16"];
+                speed::<Wgpu, cubecl::wgpu::WgpuRuntime>(wgpu, &sizes, &policies, &mut rows);
+            }
+        }
+        Err(why) => unavailable.push(why),
+    }
+    if options.quick && !options.checks_only {
+        speed_on_flex(&sizes, &fp8_policies, &mut rows);
+    }
+
+    let results: Vec<_> = all.iter().flat_map(|c| &c.results).collect();
+    let passed = results.iter().filter(|c| c.passed).count();
+    let failed = results.len() - passed;
+    for why in &unavailable {
+        println!("UNAVAILABLE {why}");
+    }
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "# burn-amp GPU suite{}\n",
+        if options.quick { " (--quick, CPU)" } else { "" }
+    );
+    let _ = writeln!(md, "- Machine: {}", machine());
+    let _ = writeln!(md, "- Checks: {passed} passed, {failed} failed\n");
+    for why in &unavailable {
+        let _ = writeln!(md, "- UNAVAILABLE: {why}");
+    }
+    for c in &results {
+        let word = if c.passed { "PASS" } else { "FAIL" };
+        let _ = writeln!(md, "- {word} [{}] {}: {}", c.backend, c.name, c.detail);
+    }
+    if !rows.is_empty() {
+        let _ = writeln!(md, "\n## Speed\n");
+        md.push_str(&report::table(&rows, sizes.runs, options.quick, &machine()));
+    }
+    if let Err(e) = std::fs::write(&options.out, &md) {
+        eprintln!("gpu_suite: writing {}: {e}", options.out);
+        std::process::exit(2);
+    }
+    if !rows.is_empty() {
+        print!(
+            "{}",
+            report::table(&rows, sizes.runs, options.quick, &machine())
+        );
+    }
+    eprintln!("gpu_suite: report written to {}", options.out);
+    println!("gpu_suite: {passed} passed, {failed} failed");
+    if failed > 0 || !unavailable.is_empty() || all.is_empty() {
+        std::process::exit(1);
+    }
+}
+
+/// The quick mode's speed rows on Flex: proves the training rows run, at toy sizes.
+fn speed_on_flex(sizes: &Sizes, policies: &[&str], rows: &mut Vec<Row>) {
+    let name = "Flex (CPU)";
+    rows.push(training::overhead::<Autodiff<Flex>>(
+        sizes.mlp, sizes.runs, name,
+    ));
+    rows.extend(training::policies::<Autodiff<Flex>>(
+        sizes.decoder,
+        policies,
+        sizes.runs,
+        name,
+        true,
+    ));
+    rows.extend(matmul::rows::<Flex>(&sizes.matmul, sizes.runs, name));
+}
