@@ -50,6 +50,14 @@ WORKLOADS = {
         lambda: Encoder(256, 4),
         (16, 128, 32),
     ),
+    # The GPU suite's shapes (examples/gpu_suite): the MLP at batch 1024 and the encoder
+    # stack at d=1024 x8, seq 1024, batch 8.
+    "mlp-gpu": ("MLP 784-4096-4096-10, batch 1024", lambda: mlp(4096), (1024, 784)),
+    "encoder-gpu": (
+        "Transformer encoder d=1024 x8, seq 1024, batch 8",
+        lambda: Encoder(1024, 8),
+        (8, 1024, 32),
+    ),
 }
 
 
@@ -103,7 +111,7 @@ def main():
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--workloads", default="mlp,encoder", help="comma-separated: mlp, encoder")
+    parser.add_argument("--workloads", default="mlp,encoder", help="comma-separated: mlp, encoder, mlp-gpu, encoder-gpu")
     parser.add_argument(
         "--policies", default="mixed_float16,mixed_bfloat16", help="comma-separated policy names"
     )

@@ -209,7 +209,7 @@ fn main() {
         use burn::backend::Cuda;
         match probe::start::<Cuda>("CUDA") {
             Ok(()) => {
-                let name = format!("CUDA ({})", Cuda::name(&Default::default()));
+                let name = format!("CUDA ({})", <Cuda as Backend>::name(&Default::default()));
                 all.push(check::<Cuda>(&name, &sizes));
                 if !options.checks_only {
                     speed::<Cuda, cubecl::cuda::CudaRuntime>(

@@ -2,6 +2,7 @@
 //! a panic from deep inside a driver loader.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex};
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
@@ -10,15 +11,24 @@ use crate::checks::panic_message;
 
 /// Starts `B` on its default device with one tiny op; `Err` says what is missing.
 pub fn start<B: Backend>(what: &str) -> Result<(), String> {
-    // The loaders report a missing library by panicking; silence the default hook meanwhile.
+    // The loaders report a missing library by panicking, often on a device thread (the main
+    // thread then only sees a closed channel): collect every thread's message meanwhile.
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
     let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
+    let sink = seen.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = panic_message(info.payload());
+        sink.lock().unwrap_or_else(|e| e.into_inner()).push(message);
+    }));
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let device = B::Device::default();
         Tensor::<B, 1>::ones([4], &device).sum().into_scalar();
     }));
     std::panic::set_hook(hook);
-    outcome.map_err(|panic| explain(what, &panic_message(&*panic)))
+    outcome.map_err(|_| {
+        let messages = seen.lock().unwrap_or_else(|e| e.into_inner()).join(" | ");
+        explain(what, &messages)
+    })
 }
 
 fn explain(what: &str, message: &str) -> String {

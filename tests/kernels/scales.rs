@@ -128,3 +128,40 @@ fn an_all_zero_block_quantizes_to_zeros_with_scale_one() {
         assert!(out[128..256].iter().all(|v| *v == 0.0));
     }
 }
+
+/// Under MX a block holding an inf or NaN gets the NaN scale: every value of the block is
+/// NaN, on the kernels too. lavapipe does not keep IEEE NaN semantics (`x * NaN` came back
+/// finite and saturated), so the kernels decide NaN scales on bits, as the reference does.
+#[test]
+fn an_mx_block_holding_an_inf_or_nan_is_nan_on_every_backend() {
+    let mut values: Vec<f32> = (0..64).map(|i| (i as f32 - 32.0) / 8.0).collect();
+    values[1] = f32::INFINITY; // block 0 (32 values)
+    values[40] = f32::NAN; // block 1
+    for format in [Fp8Format::E4M3, Fp8Format::E5M2] {
+        for overflow in [
+            burn_amp::fp8::Overflow::Saturate,
+            burn_amp::fp8::Overflow::NonSaturating,
+        ] {
+            let cast = Fp8Cast::new(format).with_overflow(overflow);
+            let recipe = Fp8Recipe::mx();
+            let reference = reference_bytes(&values, 64, cast, recipe);
+            assert_eq!(
+                bytes_on::<Flex>(&values, 64, cast, recipe),
+                reference,
+                "{cast:?}"
+            );
+            assert_eq!(
+                bytes_on::<Wgpu>(&values, 64, cast, recipe),
+                reference,
+                "wgpu {cast:?}"
+            );
+            let x = Tensor::<Wgpu, 2>::from_data(
+                TensorData::new(values.clone(), [1, 64]),
+                &Default::default(),
+            );
+            let out = Fp8Tensor::quantize(x, cast, recipe).unwrap().dequantize();
+            let out = out.into_data().to_vec::<f32>().unwrap();
+            assert!(out.iter().all(|v| v.is_nan()), "{cast:?}: {out:?}");
+        }
+    }
+}
