@@ -26,7 +26,9 @@ edges=$(for f in $(find . -name '*.rs' | sort); do
 done | sort | uniq -c)
 echo "$edges"
 cycles=$(echo "$edges" | awk '{print $2, $4}' | while read -r a b; do
-    echo "$edges" | awk '{print $2, $4}' | grep -qx "$b $a" && echo "cycle: $a <-> $b"
+    if echo "$edges" | awk '{print $2, $4}' | grep -qx "$b $a"; then
+        echo "cycle: $a <-> $b"
+    fi
 done | sort -u)
 if [ -n "$cycles" ]; then echo "$cycles"; exit 1; fi
 echo "no two modules import each other"
