@@ -27,7 +27,7 @@ use burn_amp::fp8::{
 };
 use burn_amp_kernels::accum::reference as accum_reference;
 use burn_amp_kernels::fp8::reference;
-use burn_amp_kernels::fp8::scale::{amax_bits, block_scale};
+use burn_amp_kernels::fp8::scale::amax_bits;
 
 /// Heavy-tailed values: mostly normal, 1% divided by a small uniform (Student-t-like tails).
 fn heavy_tailed(n: usize, seed: u64) -> Vec<f32> {
@@ -63,30 +63,7 @@ fn recipes() -> Vec<(&'static str, Fp8Recipe)> {
 /// The reference's bytes for `values` as `[rows, cols]`.
 fn reference_bytes(values: &[f32], cols: usize, cast: Fp8Cast, recipe: Fp8Recipe) -> Vec<u8> {
     let layout = recipe.layout(&[values.len() / cols, cols].into()).unwrap();
-    let mut blocks = vec![Vec::new(); layout.num_blocks() as usize];
-    for (i, v) in values.iter().enumerate() {
-        blocks[layout.block_of(i as u32) as usize].push(*v);
-    }
-    let scales: Vec<f32> = blocks
-        .iter()
-        .map(|b| {
-            recipe
-                .rule()
-                .map_or(1.0, |r| block_scale(amax_bits(b), cast.format, r).scale)
-        })
-        .collect();
-    values
-        .iter()
-        .enumerate()
-        .map(|(i, &x)| {
-            reference::encode_scaled(
-                x,
-                scales[layout.block_of(i as u32) as usize],
-                cast,
-                i as u32,
-            )
-        })
-        .collect()
+    reference::quantize_blocks(values, layout, cast, recipe.rule()).0
 }
 
 fn bytes_on<B: Fp8Backend>(

@@ -20,34 +20,6 @@ pub use report::{Goal, Row};
 #[global_allocator]
 static ALLOC: alloc::Counting = alloc::Counting;
 
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .next()
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map(|kb| format!("{:.0} GiB", kb / 1024.0 / 1024.0))
-        .unwrap_or_default();
-    format!(
-        "{cpu}, {cores} cores, {mem}; {} {}",
-        std::env::consts::OS,
-        std::env::consts::ARCH
-    )
-}
-
 fn progress(msg: &str) {
     eprintln!("bench: {msg}");
 }
@@ -149,7 +121,7 @@ fn main() {
     #[cfg(feature = "cuda")]
     rows.extend(cuda_rows(mlp, encoder, runs, quick));
 
-    let table = report::table(&rows, runs, quick, &machine());
+    let table = report::table(&rows, runs, quick, &report::machine());
     if let Err(e) = report::write(std::path::Path::new(&out), &table) {
         eprintln!("error: writing {out}: {e}");
         std::process::exit(2);

@@ -35,6 +35,50 @@ impl Row {
     }
 }
 
+/// The machine a run is on: the CPU model, cores, memory and OS, and the NVIDIA GPUs with
+/// their driver when `nvidia-smi` answers.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .next()
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map(|kb| format!("{:.0} GiB", kb / 1024.0 / 1024.0))
+        .unwrap_or_default();
+    let host = format!(
+        "{cpu}, {cores} cores, {mem}; {} {}",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    );
+    let gpus = std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=name,driver_version", "--format=csv,noheader"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .replace('\n', "; ")
+        });
+    match gpus {
+        Some(gpus) => format!("GPU {gpus} (name, driver); host {host}"),
+        None => host,
+    }
+}
+
 fn date() -> String {
     std::process::Command::new("date")
         .args(["-u", "+%Y-%m-%d"])

@@ -11,8 +11,7 @@ use burn_amp::fp8::{
     Fp8Backend, Fp8Cast, Fp8Format, Fp8Recipe, Fp8Tensor, Overflow, Rounding, ScaleRule,
 };
 use burn_amp_kernels::accum::reference as accum_reference;
-use burn_amp_kernels::fp8::reference::{decode_scaled, encode_scaled};
-use burn_amp_kernels::fp8::scale::{amax_bits, block_scale};
+use burn_amp_kernels::fp8::reference::{decode_scaled, quantize_blocks};
 
 use crate::checks::{Checks, Lcg, f32s, tensor};
 
@@ -50,27 +49,15 @@ fn casts() -> Vec<Fp8Cast> {
 /// The reference's codes and dequantized bits for `values` as `[rows, cols]`.
 fn reference(values: &[f32], cols: usize, cast: Fp8Cast, recipe: Fp8Recipe) -> (Vec<u8>, Vec<u32>) {
     let layout = recipe.layout(&[values.len() / cols, cols].into()).unwrap();
-    let mut blocks = vec![Vec::new(); layout.num_blocks() as usize];
-    for (i, v) in values.iter().enumerate() {
-        blocks[layout.block_of(i as u32) as usize].push(*v);
-    }
-    let scales: Vec<_> = blocks
+    let (codes, scales) = quantize_blocks(values, layout, cast, recipe.rule());
+    let dequantized = codes
         .iter()
-        .map(|b| {
-            recipe
-                .rule()
-                .map(|r| block_scale(amax_bits(b), cast.format, r))
+        .enumerate()
+        .map(|(i, &code)| {
+            let scale_inv = scales[layout.block_of(i as u32) as usize].scale_inv;
+            decode_scaled(code, cast.format, scale_inv).to_bits()
         })
         .collect();
-    let mut codes = Vec::with_capacity(values.len());
-    let mut dequantized = Vec::with_capacity(values.len());
-    for (i, &x) in values.iter().enumerate() {
-        let scale = scales[layout.block_of(i as u32) as usize];
-        let (s, inv) = scale.map_or((1.0, 1.0), |s| (s.scale, s.scale_inv));
-        let code = encode_scaled(x, s, cast, i as u32);
-        codes.push(code);
-        dequantized.push(decode_scaled(code, cast.format, inv).to_bits());
-    }
     (codes, dequantized)
 }
 

@@ -163,32 +163,6 @@ fn speed<B: Backend, R: cubecl::Runtime>(
     ));
 }
 
-/// What the run is on: the CPU, and the GPU with its driver when `nvidia-smi` answers.
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let gpu = std::process::Command::new("nvidia-smi")
-        .args(["--query-gpu=name,driver_version", "--format=csv,noheader"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .trim()
-                .replace('\n', "; ")
-        });
-    match gpu {
-        Some(gpu) => format!("{gpu} (name, driver); host CPU {cpu}"),
-        None => format!("{cpu} (no NVIDIA GPU seen)"),
-    }
-}
-
 fn main() {
     let options = parse();
     let sizes = Sizes::of(options.quick);
@@ -255,7 +229,7 @@ fn main() {
         "# burn-amp GPU suite{}\n",
         if options.quick { " (--quick, CPU)" } else { "" }
     );
-    let _ = writeln!(md, "- Machine: {}", machine());
+    let _ = writeln!(md, "- Machine: {}", report::machine());
     let _ = writeln!(md, "- Checks: {passed} passed, {failed} failed\n");
     for why in &unavailable {
         let _ = writeln!(md, "- UNAVAILABLE: {why}");
@@ -266,7 +240,12 @@ fn main() {
     }
     if !rows.is_empty() {
         let _ = writeln!(md, "\n## Speed\n");
-        md.push_str(&report::table(&rows, sizes.runs, options.quick, &machine()));
+        md.push_str(&report::table(
+            &rows,
+            sizes.runs,
+            options.quick,
+            &report::machine(),
+        ));
     }
     if let Err(e) = std::fs::write(&options.out, &md) {
         eprintln!("gpu_suite: writing {}: {e}", options.out);
@@ -275,7 +254,7 @@ fn main() {
     if !rows.is_empty() {
         print!(
             "{}",
-            report::table(&rows, sizes.runs, options.quick, &machine())
+            report::table(&rows, sizes.runs, options.quick, &report::machine())
         );
     }
     eprintln!("gpu_suite: report written to {}", options.out);

@@ -3,7 +3,8 @@
 //! results byte for byte.
 
 use super::format::{Fp8Cast, Fp8Format, Overflow, Rounding};
-use super::scale::flush;
+use super::launch::BlockLayout;
+use super::scale::{BlockScale, ScaleRule, block_scale, flush};
 
 const F32_MANTISSA: u32 = 23;
 const F32_BIAS: i32 = 127;
@@ -197,4 +198,52 @@ pub fn scaled(x: f32, scale: f32) -> f32 {
 /// flushing an f32-subnormal result to signed zero.
 pub fn decode_scaled(code: u8, format: Fp8Format, scale_inv: f32) -> f32 {
     scaled(decode(code, format), scale_inv)
+}
+
+/// Quantizes a row-major tensor to FP8 block by block, as the kernels do: each block of
+/// `layout` gets its scales from its amax by `rule` (`None`: unscaled), then every element
+/// is encoded with its block's scale. Returns the codes and the blocks' scales.
+///
+/// ```
+/// use burn_amp_kernels::fp8::launch::BlockLayout;
+/// use burn_amp_kernels::fp8::reference::{decode_scaled, quantize_blocks};
+/// use burn_amp_kernels::fp8::scale::ScaleRule;
+/// use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format};
+///
+/// let values = [0.5f32, -2.0, 7.0, 0.25];
+/// let layout = BlockLayout::per_tensor(4); // one block
+/// let cast = Fp8Cast::new(Fp8Format::E4M3);
+/// let (codes, scales) = quantize_blocks(&values, layout, cast, Some(ScaleRule::Float { margin: 0 }));
+/// assert_eq!(scales[0].scale, 448.0 / 7.0);
+/// assert_eq!(decode_scaled(codes[2], cast.format, scales[0].scale_inv), 7.0);
+/// ```
+pub fn quantize_blocks(
+    values: &[f32],
+    layout: BlockLayout,
+    cast: Fp8Cast,
+    rule: Option<ScaleRule>,
+) -> (Vec<u8>, Vec<BlockScale>) {
+    let mut amax = vec![0u32; layout.num_blocks() as usize];
+    for (i, v) in values.iter().enumerate() {
+        let block = &mut amax[layout.block_of(i as u32) as usize];
+        *block = (*block).max(v.to_bits() & 0x7fff_ffff);
+    }
+    let unscaled = BlockScale {
+        scale: 1.0,
+        scale_inv: 1.0,
+        e8m0: 127,
+    };
+    let scales: Vec<BlockScale> = amax
+        .iter()
+        .map(|a| rule.map_or(unscaled, |r| block_scale(*a, cast.format, r)))
+        .collect();
+    let codes = values
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| {
+            let scale = scales[layout.block_of(i as u32) as usize].scale;
+            encode_scaled(x, scale, cast, i as u32)
+        })
+        .collect();
+    (codes, scales)
 }
