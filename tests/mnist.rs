@@ -18,9 +18,20 @@ mod report;
 #[path = "../examples/mnist/run.rs"]
 mod run;
 
+use std::sync::{Mutex, MutexGuard};
+
 use burn::backend::{Autodiff, Flex};
 use burn_amp::Policy;
 use run::{Mode, Options};
+
+/// Every run sets the Flex device's policy and binds a loss scale (the Learner's to the
+/// device, the custom loop's as the default); both are process-wide, so two runs on the same
+/// device at once would train under each other's policy and scale. The tests take turns.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// The test accuracy of the example's default run (5 epochs, custom loop) under `policy`.
 fn accuracy(policy: Policy) -> f64 {
@@ -33,6 +44,7 @@ fn accuracy(policy: Policy) -> f64 {
 
 #[test]
 fn mixed_policies_reach_the_float32_accuracy_within_half_a_point_on_flex() {
+    let _serial = serial();
     let float32 = accuracy(Policy::float32());
     let f16 = accuracy(Policy::mixed_float16());
     let bf16 = accuracy(Policy::mixed_bfloat16());
@@ -58,6 +70,7 @@ fn mixed_policies_reach_the_float32_accuracy_within_half_a_point_on_flex() {
 #[test]
 #[ignore = "about 15 minutes in release: cargo test --release --features slow-tests --test mnist -- --ignored"]
 fn float8_from_mixed_bfloat16_reaches_the_float32_accuracy_within_one_point_on_flex() {
+    let _serial = serial();
     let float32 = accuracy(Policy::float32());
     let fp8 = accuracy(Policy::float8_from_mixed_bfloat16());
     eprintln!("test accuracy: float32 {float32:.4}, float8_from_mixed_bfloat16 {fp8:.4}");
@@ -66,6 +79,7 @@ fn float8_from_mixed_bfloat16_reaches_the_float32_accuracy_within_one_point_on_f
 
 #[test]
 fn the_learner_path_trains_the_keras_model_under_mixed_float16() {
+    let _serial = serial();
     let options = Options {
         epochs: 1,
         mode: Mode::Learner,

@@ -84,6 +84,8 @@ pub struct LossScaleOptimizer<O> {
     /// mode. Shared by clones: the binding ends when the last one is dropped.
     binding: Option<Arc<dyn ScaleSource>>,
     unscaled: bool,
+    /// Whether the "scale not applied" warning was given (once per optimizer).
+    warned: bool,
 }
 
 impl<O> LossScaleOptimizer<O> {
@@ -109,6 +111,7 @@ impl<O> LossScaleOptimizer<O> {
             scale,
             binding,
             unscaled: false,
+            warned: false,
         }
     }
 
@@ -179,6 +182,16 @@ impl<O> LossScaleOptimizer<O> {
         } else {
             self.scale.take_pending()
         };
+        if pending == Pending::None && !self.is_manual() && !self.warned {
+            self.warned = true;
+            log::warn!(
+                "burn-amp: no backward pass applied this LossScaleOptimizer's scale since its \
+                 last step: another automatic optimizer is bound to the device (init_on) or a \
+                 newer default one is alive. Gradients are still correct, but this \
+                 optimizer's overflow checks and scale do not follow them; bind each \
+                 optimizer to its own device, or use manual mode"
+            );
+        }
         let config = &self.scale.shared.config;
         if pending == Pending::NotNeeded {
             self.scale.lock().total_steps += 1;
