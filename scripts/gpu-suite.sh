@@ -14,8 +14,9 @@
 #       the binary, runs it and writes DIR/report.md; then, if python3 has torch with CUDA,
 #       appends PyTorch AMP's speed-ups on the same shapes.
 #
-#   scripts/gpu-suite.sh quick
-#       The suite's quick mode on the CPU (Flex, and wgpu over lavapipe): what CI runs.
+#   scripts/gpu-suite.sh quick [CARGO ARGS]
+#       The suite's quick mode on the CPU (Flex, and wgpu over lavapipe): what CI runs (with
+#       the test build's features, so that nothing is rebuilt).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -147,7 +148,7 @@ quick() {
     root="$(cd "$here/.." && pwd)"
     export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp/burn-amp-xdg}"
     mkdir -p "$XDG_RUNTIME_DIR"
-    (cd "$root" && cargo run --example gpu_suite -- --quick --out target/gpu-suite-quick.md)
+    (cd "$root" && cargo run "$@" --example gpu_suite -- --quick --out target/gpu-suite-quick.md)
 }
 
 case "${1:-}" in
@@ -155,7 +156,7 @@ pack) shift; pack "$@" ;;
 run) shift; run "$@" ;;
 quick) shift; quick "$@" ;;
 *)
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

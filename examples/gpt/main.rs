@@ -1,0 +1,255 @@
+//! A GPT-style byte-level language model trained on Shakespeare under burn-amp's policies.
+//!
+//! ```sh
+//! cargo run --release --example gpt                          # mixed_bfloat16, Flex, ~minutes
+//! cargo run --release --example gpt -- --compare             # every policy, one PNG + table
+//! cargo run --release --example gpt -- --policy mixed_float16 --checkpoint-every 250
+//! cargo run --release --example gpt -- --policy mixed_float16 --checkpoint-every 250 --resume
+//! cargo run --release --example gpt -- --learner             # burn-train's Learner + dashboard
+//! cargo run --release --features cuda --example gpt -- --backend cuda --preset gpu --compare
+//! ```
+
+#[path = "../bench/alloc.rs"]
+mod alloc;
+mod checkpoint;
+mod compare;
+mod config;
+mod custom_loop;
+mod data;
+mod generate;
+mod learner;
+mod model;
+mod progress;
+mod run;
+
+use std::path::PathBuf;
+
+use burn::backend::{Autodiff, Flex, NdArray, Wgpu};
+use burn::tensor::backend::AutodiffBackend;
+
+use config::TrainConfig;
+use run::{Mode, Options, Summary};
+
+/// Counts heap bytes for the peak-memory column (Flex keeps its tensors on the heap).
+#[global_allocator]
+static ALLOC: alloc::Counting = alloc::Counting;
+
+const USAGE: &str = "\
+usage: gpt [--policy NAME | --compare] [--backend flex|wgpu|cuda|ndarray] [--preset cpu|gpu|tiny]
+           [--steps N] [--batch-size N] [--lr X] [--seed N] [--eval-every N] [--learner]
+           [--checkpoint-every N] [--checkpoint-dir DIR] [--resume] [--stop-after N]
+           [--data FILE] [--plot FILE] [--sample-len N]
+
+  --policy            a dtype policy: float32, mixed_bfloat16 (default), mixed_float16,
+                      float8_from_mixed_bfloat16, \"float8_from_mixed_bfloat16\" with fp8=blockwise
+                      as params=float32,compute=bfloat16,output=float32,fp8=blockwise, ...
+  --compare           train float32, mixed_bfloat16, mixed_float16 and FP8 (per-tensor and
+                      blockwise) one after the other with the same seed and batches, then
+                      draw every loss curve and a table into --plot
+  --backend           flex (default; CPU), wgpu, cuda (needs --features cuda), ndarray
+  --preset            cpu (default: 4 layers, d_model 128, context 64, 2,000 steps),
+                      gpu (12 layers, d_model 768, context 1,024), tiny (seconds; for tests)
+  --learner           train with burn-train's Learner and its dashboard
+  --checkpoint-every  write a checkpoint every N steps into --checkpoint-dir
+                      (default target/gpt/checkpoints/<policy>)
+  --resume            continue from the newest checkpoint: the same losses as a run never
+                      interrupted
+  --stop-after        stop after N steps, as if killed (to try --resume)
+  --data              the text (default examples/data/tinyshakespeare/input.txt)
+  --plot              where --compare draws (default target/gpt/compare.png)
+  --sample-len        bytes of text generated at the end (default 300)";
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum BackendKind {
+    Flex,
+    Wgpu,
+    Cuda,
+    NdArray,
+}
+
+struct Cli {
+    options: Options,
+    backend: BackendKind,
+    compare: bool,
+    plot: PathBuf,
+    checkpoint_dir: Option<PathBuf>,
+}
+
+fn number<T: std::str::FromStr>(flag: &str, value: String) -> Result<T, String> {
+    value
+        .parse()
+        .map_err(|_| format!("{flag}: {value:?} is not a valid number"))
+}
+
+fn parse(args: impl Iterator<Item = String>) -> Result<Cli, String> {
+    let mut options = Options::default();
+    let mut cli_train: Vec<(String, String)> = Vec::new();
+    let mut preset = "cpu".to_string();
+    let mut backend = BackendKind::Flex;
+    let mut compare = false;
+    let mut plot = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/gpt/compare.png");
+    let mut checkpoint_dir = None;
+    let mut args = args.peekable();
+    while let Some(flag) = args.next() {
+        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
+        match flag.as_str() {
+            "--policy" => {
+                options.policy = value("--policy")?.parse().map_err(|e| format!("{e}"))?
+            }
+            "--compare" => compare = true,
+            "--backend" => {
+                backend = match value("--backend")?.as_str() {
+                    "flex" => BackendKind::Flex,
+                    "wgpu" => BackendKind::Wgpu,
+                    "cuda" => BackendKind::Cuda,
+                    "ndarray" => BackendKind::NdArray,
+                    other => {
+                        return Err(format!(
+                            "--backend: unknown backend {other:?}; use flex, wgpu, cuda or ndarray"
+                        ));
+                    }
+                }
+            }
+            "--preset" => preset = value("--preset")?,
+            "--steps" | "--batch-size" | "--lr" | "--eval-every" => {
+                cli_train.push((flag.clone(), value(&flag)?))
+            }
+            "--seed" => options.seed = number("--seed", value("--seed")?)?,
+            "--learner" => options.mode = Mode::Learner,
+            "--checkpoint-every" => {
+                options.checkpoint_every =
+                    number("--checkpoint-every", value("--checkpoint-every")?)?
+            }
+            "--checkpoint-dir" => checkpoint_dir = Some(PathBuf::from(value("--checkpoint-dir")?)),
+            "--resume" => options.resume = true,
+            "--stop-after" => {
+                options.stop_after = Some(number("--stop-after", value("--stop-after")?)?)
+            }
+            "--data" => options.data = PathBuf::from(value("--data")?),
+            "--plot" => plot = PathBuf::from(value("--plot")?),
+            "--sample-len" => options.sample_len = number("--sample-len", value("--sample-len")?)?,
+            "--help" | "-h" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    options.train = TrainConfig::preset(&preset)?;
+    for (flag, value) in cli_train {
+        let train = &mut options.train;
+        match flag.as_str() {
+            "--steps" => train.steps = number(&flag, value)?,
+            "--batch-size" => train.batch_size = number(&flag, value)?,
+            "--lr" => train.lr = number(&flag, value)?,
+            _ => train.eval_every = number(&flag, value)?,
+        }
+    }
+    options.train.check()?;
+    if options.mode == Mode::Learner && (options.resume || options.checkpoint_every > 0 || compare)
+    {
+        return Err("--learner trains one policy without checkpoints; drop --resume, --checkpoint-every and --compare".into());
+    }
+    Ok(Cli {
+        options,
+        backend,
+        compare,
+        plot,
+        checkpoint_dir,
+    })
+}
+
+/// Each policy checkpoints into its own folder unless one was given.
+fn checkpoint_dir(cli: &Cli, options: &Options) -> PathBuf {
+    cli.checkpoint_dir.clone().unwrap_or_else(|| {
+        let name = run::label(&options.policy).replace([' ', '(', ')', ',', '='], "_");
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("target/gpt/checkpoints")
+            .join(name)
+    })
+}
+
+fn train<B: AutodiffBackend>(cli: &Cli) -> Result<(), String>
+where
+    B::Device: Default,
+{
+    if !cli.compare {
+        let mut options = cli.options.clone();
+        options.checkpoint_dir = checkpoint_dir(cli, &options);
+        return run::run::<B>(Default::default(), &options).map(|_| ());
+    }
+    let mut runs: Vec<Summary> = Vec::new();
+    for policy in run::compared_policies() {
+        let mut options = cli.options.clone();
+        options.policy = policy;
+        options.checkpoint_dir = checkpoint_dir(cli, &options);
+        match run::run::<B>(Default::default(), &options) {
+            Ok(summary) => runs.push(summary),
+            // A policy the device cannot run (bf16 on a WGSL device) is left out, said so.
+            Err(message) => println!("{}: skipped: {message}", run::label(&policy)),
+        }
+        println!();
+    }
+    let rows = compare::rows(&runs);
+    let table = compare::markdown(&rows);
+    println!("{table}");
+    let title = format!(
+        "burn-amp GPT (byte-level, tinyshakespeare): d_model {}, {} layers, context {}, batch {}, {} steps",
+        cli.options.train.model.d_model,
+        cli.options.train.model.n_layers,
+        cli.options.train.model.seq_len,
+        cli.options.train.batch_size,
+        cli.options.train.steps
+    );
+    compare::plot(&runs, &title, &cli.plot).map_err(|e| format!("{}: {e}", cli.plot.display()))?;
+    let md = cli.plot.with_extension("md");
+    let samples: String = runs
+        .iter()
+        .map(|r| {
+            format!(
+                "\n**{}**\n\n```text\n{}\n```\n",
+                run::label(&r.policy),
+                r.sample
+            )
+        })
+        .collect();
+    std::fs::write(&md, format!("{table}{samples}"))
+        .map_err(|e| format!("{}: {e}", md.display()))?;
+    println!(
+        "plot: {}\ntable and samples: {}",
+        cli.plot.display(),
+        md.display()
+    );
+    Ok(())
+}
+
+fn main() {
+    let cli = match parse(std::env::args().skip(1)) {
+        Ok(cli) => cli,
+        Err(message) if message.is_empty() => {
+            println!("{USAGE}");
+            return;
+        }
+        Err(message) => {
+            eprintln!("error: {message}\n\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    let result = match cli.backend {
+        BackendKind::Flex => train::<Autodiff<Flex>>(&cli),
+        BackendKind::Wgpu => train::<Autodiff<Wgpu>>(&cli),
+        BackendKind::NdArray => train::<Autodiff<NdArray>>(&cli),
+        BackendKind::Cuda => train_cuda(&cli),
+    };
+    if let Err(message) = result {
+        eprintln!("error: {message}");
+        std::process::exit(2);
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn train_cuda(cli: &Cli) -> Result<(), String> {
+    train::<Autodiff<burn::backend::Cuda>>(cli)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn train_cuda(_: &Cli) -> Result<(), String> {
+    Err("this build has no CUDA backend: rebuild with `--features cuda`".into())
+}
