@@ -11,6 +11,7 @@ use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::AutodiffBackend;
 
 use crate::config::TrainConfig;
+use crate::data::Rng;
 use crate::model::{Gpt, GptRecord};
 
 /// Everything but the tensors: enough to continue exactly where the run stopped.
@@ -22,8 +23,8 @@ pub struct TrainState {
     pub seed: u64,
     /// Steps done.
     pub step: usize,
-    /// The batch sampler's state (the data position).
-    pub rng: u64,
+    /// The batch sampler (its state is the data position).
+    pub rng: Rng,
     /// The loss of every step done, in order.
     pub train_losses: Vec<f32>,
     /// `(step, validation loss)` of every validation done.

@@ -84,7 +84,7 @@ pub fn train<B: AutodiffBackend>(
         config.clone(),
         options.seed,
         0,
-        options.seed,
+        Rng(options.seed),
         Vec::new(),
         Vec::new(),
     );
@@ -119,7 +119,6 @@ pub fn train<B: AutodiffBackend>(
 
     let (train_batcher, valid_batcher) = TextBatcher::pair(corpus, seq_len);
     let windows = corpus.validation_windows(config);
-    let mut rng = Rng(state.rng);
     let mut progress = Progress::new(config.steps);
     let scaled = options.policy.needs_loss_scaling();
     let (mut scale_changes, mut last_scale) = (0, optim.loss_scale());
@@ -137,7 +136,12 @@ pub fn train<B: AutodiffBackend>(
             // Dropout's masks are a function of the step, so a resumed run draws the same.
             <M<B> as Backend>::seed(device, options.seed.wrapping_add(state.step as u64));
         }
-        let starts = data::random_starts(&mut rng, corpus.train.len(), seq_len, config.batch_size);
+        let starts = data::random_starts(
+            &mut state.rng,
+            corpus.train.len(),
+            seq_len,
+            config.batch_size,
+        );
         let batch = <TextBatcher as Batcher<M<B>, _, _>>::batch(&train_batcher, starts, device);
         let loss = model.loss(batch);
         let grads = GradientsParams::from_grads(loss.backward(), &model);
@@ -147,7 +151,6 @@ pub fn train<B: AutodiffBackend>(
         tokens += config.tokens_per_step();
         state.step += 1;
         state.train_losses.push(loss);
-        state.rng = rng.0;
         if optim.loss_scale() != last_scale {
             scale_changes += 1;
             last_scale = optim.loss_scale();
@@ -179,10 +182,8 @@ pub fn train<B: AutodiffBackend>(
     let sample = if options.sample_len > 0 && state.step == config.steps {
         generate::sample::<Inner<B>>(
             &model.valid(),
-            b"\n",
             options.sample_len,
             seq_len,
-            0.8,
             options.seed,
             device,
         )

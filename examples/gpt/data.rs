@@ -49,8 +49,10 @@ pub fn load(path: &Path, seq_len: usize) -> Result<Corpus, String> {
     })
 }
 
-/// SplitMix64: a tiny generator whose whole state is one `u64`, so a checkpoint holds it.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// SplitMix64: a tiny generator whose whole state is one `u64`, so a checkpoint holds it
+/// (as that number).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
 pub struct Rng(pub u64);
 
 impl Rng {

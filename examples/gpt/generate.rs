@@ -1,4 +1,5 @@
-//! Text from a trained model: sampled byte by byte at temperature 0.8 from a fixed seed.
+//! Text from a trained model: sampled byte by byte at temperature 0.8 from a fixed seed,
+//! starting after a newline.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
@@ -6,17 +7,19 @@ use burn::tensor::{Int, Tensor, TensorData};
 use crate::data::Rng;
 use crate::model::Gpt;
 
-/// `len` bytes continuing `prompt`, each drawn from the softmax of the last position's
-/// logits divided by `temperature`; the context is the last `seq_len` bytes.
+const PROMPT: &[u8] = b"\n";
+const TEMPERATURE: f64 = 0.8;
+
+/// `len` bytes continuing [`PROMPT`], each drawn from the softmax of the last position's
+/// logits divided by [`TEMPERATURE`]; the context is the last `seq_len` bytes.
 pub fn sample<B: Backend>(
     model: &Gpt<B>,
-    prompt: &[u8],
     len: usize,
     seq_len: usize,
-    temperature: f64,
     seed: u64,
     device: &B::Device,
 ) -> String {
+    let (prompt, temperature) = (PROMPT, TEMPERATURE);
     let mut rng = Rng(seed);
     let mut text = prompt.to_vec();
     for _ in 0..len {

@@ -102,24 +102,23 @@ pub fn train<B: AutodiffBackend>(
         training = training.renderer(Lines::default());
     }
     let result = training.launch(Learner::new(model, optim, schedule));
-    let seconds = start.elapsed().as_secs_f64();
+    let tokens_per_second =
+        (config.steps * config.tokens_per_step()) as f64 / start.elapsed().as_secs_f64();
     let _ = std::fs::remove_dir_all(&dir);
 
     let valid = validation_loss(&result.model, &valid_batcher, &windows, device);
     let scaled = options.policy.needs_loss_scaling();
     let sample = generate::sample(
         &result.model,
-        b"\n",
         options.sample_len,
         seq_len,
-        0.8,
         options.seed,
         device,
     );
     println!(
         "{} (Learner): validation loss {valid:.4}  {:.0} tok/s (validation included)  skipped {}  loss scale {}",
         label(&options.policy),
-        (config.steps * config.tokens_per_step()) as f64 / seconds,
+        tokens_per_second,
         handle.skipped_steps(),
         if scaled {
             handle.scale().to_string()
@@ -134,7 +133,7 @@ pub fn train<B: AutodiffBackend>(
         policy: options.policy,
         train_losses: Vec::new(),
         valid_losses: vec![(config.steps, valid)],
-        tokens_per_second: (config.steps * config.tokens_per_step()) as f64 / seconds,
+        tokens_per_second,
         peak_heap_bytes: 0,
         skipped_steps: handle.skipped_steps(),
         loss_scale: scaled.then(|| handle.scale()),

@@ -229,7 +229,9 @@ fn main() {
         "# burn-amp GPU suite{}\n",
         if options.quick { " (--quick, CPU)" } else { "" }
     );
-    let _ = writeln!(md, "- Machine: {}", report::machine());
+    // Read once: it reads /proc and asks nvidia-smi.
+    let machine = report::machine();
+    let _ = writeln!(md, "- Machine: {machine}");
     let _ = writeln!(md, "- Checks: {passed} passed, {failed} failed\n");
     for why in &unavailable {
         let _ = writeln!(md, "- UNAVAILABLE: {why}");
@@ -240,12 +242,7 @@ fn main() {
     }
     if !rows.is_empty() {
         let _ = writeln!(md, "\n## Speed\n");
-        md.push_str(&report::table(
-            &rows,
-            sizes.runs,
-            options.quick,
-            &report::machine(),
-        ));
+        md.push_str(&report::table(&rows, sizes.runs, options.quick, &machine));
     }
     if let Err(e) = std::fs::write(&options.out, &md) {
         eprintln!("gpu_suite: writing {}: {e}", options.out);
@@ -254,7 +251,7 @@ fn main() {
     if !rows.is_empty() {
         print!(
             "{}",
-            report::table(&rows, sizes.runs, options.quick, &report::machine())
+            report::table(&rows, sizes.runs, options.quick, &machine)
         );
     }
     eprintln!("gpu_suite: report written to {}", options.out);
