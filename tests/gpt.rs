@@ -225,6 +225,46 @@ fn a_resumed_mixed_float16_run_repeats_the_uninterrupted_losses_bit_for_bit() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Delayed scaling's amax histories live in the loss-scale optimizer's record: a run
+/// interrupted and resumed under `fp8=delayed` repeats the uninterrupted losses bit for
+/// bit (resuming with fresh histories would fall back to current scaling at first, and
+/// differ), and the delayed scales do change the run against current scaling.
+#[test]
+fn a_resumed_fp8_delayed_run_repeats_the_uninterrupted_losses_bit_for_bit() {
+    let _serial = serial();
+    let policy: Policy = "c=bf16,fp8=delayed,history=8".parse().unwrap();
+    let options = |policy: Policy, dir: PathBuf| Options {
+        train: TrainConfig {
+            steps: 20,
+            ..TrainConfig::tiny()
+        },
+        checkpoint_dir: dir,
+        sample_len: 0,
+        ..tiny(policy)
+    };
+    let whole = train(&options(policy, scratch("delayed-whole"))).unwrap();
+    let current = policy.with_fp8_scaling(burn_amp::fp8::Fp8Scaling::PerTensor);
+    let current = train(&options(current, scratch("delayed-current"))).unwrap();
+    assert_ne!(bits(&whole.train_losses), bits(&current.train_losses));
+
+    let dir = scratch("delayed-resumed");
+    let interrupted = train(&Options {
+        checkpoint_every: 5,
+        stop_after: Some(12),
+        ..options(policy, dir.clone())
+    })
+    .unwrap();
+    assert_eq!(interrupted.train_losses.len(), 12);
+    let resumed = train(&Options {
+        checkpoint_every: 5,
+        resume: true,
+        ..options(policy, dir.clone())
+    })
+    .unwrap();
+    assert_eq!(bits(&resumed.train_losses), bits(&whole.train_losses));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn the_presets_are_valid_and_compare_trains_five_distinct_policies() {
     for name in ["cpu", "gpu", "tiny"] {

@@ -9,6 +9,8 @@
 #[path = "loss_scaling/binding.rs"]
 mod binding;
 mod common;
+#[path = "loss_scaling/fp8_state.rs"]
+mod fp8_state;
 #[path = "loss_scaling/records.rs"]
 mod records;
 

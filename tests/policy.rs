@@ -145,6 +145,58 @@ fn bad_names_give_typed_errors_that_list_the_valid_names() {
 /// Every error for a bad string teaches: the policy names, and for a spec its keys, the
 /// dtype spellings and the FP8 scalings.
 #[test]
+fn fp8_toolbox_specs_round_trip_and_misplaced_settings_are_errors() {
+    use burn_amp::fp8::{
+        AmaxCompute, DelayedRecipe, ExponentBiasRecipe, Fp8Formats, Fp8Scaling, GradientCompression,
+    };
+    let base = "params=float32,compute=bfloat16,output=float32";
+    for keys in [
+        "fp8=delayed",
+        "fp8=delayed,history=16,margin=1,amax=most_recent",
+        "fp8=bias",
+        "fp8=bias,drift=3,format=auto",
+        "fp8=blockwise,format=auto,grads=aps_shp",
+        "grads=aps",
+    ] {
+        let spec = format!("{base},{keys}");
+        let policy: Policy = spec.parse().unwrap();
+        assert_eq!(policy.to_string(), spec);
+    }
+    let p: Policy = "c=bf16,amax=most_recent,fp8=delayed,history=16"
+        .parse()
+        .unwrap();
+    let want = DelayedRecipe {
+        history: 16,
+        margin: 0,
+        amax: AmaxCompute::MostRecent,
+    };
+    assert_eq!(p.fp8_scaling(), Some(Fp8Scaling::Delayed(want)));
+    assert_eq!(DelayedRecipe::default().history, 1024); // Transformer Engine's default
+    let p: Policy = "c=f16,fp8=bias,format=auto".parse().unwrap();
+    assert_eq!(
+        p.fp8_scaling(),
+        Some(Fp8Scaling::ExponentBias(ExponentBiasRecipe { drift: 2 }))
+    );
+    assert_eq!(p.fp8_formats(), Fp8Formats::Auto);
+    let p: Policy = "mixed_bfloat16".parse::<Policy>().unwrap();
+    assert_eq!(p.gradient_compression(), GradientCompression::None);
+    for (spec, says) in [
+        ("c=bf16,fp8=tensor,history=4", "need fp8=delayed"),
+        ("c=bf16,fp8=delayed,drift=2", "belongs to fp8=bias"),
+        ("c=bf16,fp8=bias,margin=2", "belong to fp8=delayed"),
+        ("c=bf16,fp8=delayed,history=0", "at least 1"),
+        ("c=bf16,fp8=delayed,history=many", "not a whole number"),
+        ("c=bf16,format=auto", "needs an fp8= scaling"),
+        ("c=bf16,fp8=delayed,amax=mean", "max or most_recent"),
+        ("c=bf16,grads=fp4", "aps, aps_shp or none"),
+        ("c=bf16,fp8=delayed,history=4,history=8", "given twice"),
+    ] {
+        let message = spec.parse::<Policy>().unwrap_err().to_string();
+        assert!(message.contains(says), "{spec:?}: {message}");
+    }
+}
+
+#[test]
 fn every_spec_error_lists_keys_dtypes_and_policy_names() {
     let names = [
         "float32",
@@ -166,6 +218,13 @@ fn every_spec_error_lists_keys_dtypes_and_policy_names() {
         "half",
         "tensor",
         "blockwise",
+        "delayed",
+        "history",
+        "margin",
+        "amax",
+        "drift",
+        "auto",
+        "aps",
     ];
     let specs = [
         "params=float8",

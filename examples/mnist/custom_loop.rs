@@ -53,6 +53,12 @@ pub fn train<B: AutodiffBackend>(
                     if let Err(message) = numerics::publish(&report, path) {
                         eprintln!("error: {message}");
                     }
+                    let history = optim.fp8_history();
+                    if !history.is_empty() {
+                        println!(
+                            "FP8 scaling state (per site and role) after the last step:\n{history}"
+                        );
+                    }
                     step
                 }
                 _ => forward_backward(),

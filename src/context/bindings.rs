@@ -8,6 +8,7 @@ use std::sync::{Arc, LazyLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 use burn_tensor::backend::{DeviceId, DeviceOps};
 
+use crate::fp8::Fp8History;
 use crate::policy::{Policy, PolicyError};
 
 /// A device, whatever its backend: its type and its id.
@@ -24,6 +25,9 @@ pub(crate) trait ScaleSource: Send + Sync {
     /// The factor to multiply the loss by; `needed` says whether the policy computes in
     /// f16 (scaling needed) or not (bf16, f32: the factor is 1).
     fn begin_backward(&self, needed: bool) -> f32;
+
+    /// Where stateful FP8 scalings keep their state for the devices this source is bound to.
+    fn fp8_history(&self) -> Fp8History;
 }
 
 /// A loss-scale binding; it ends when its owner (the optimizer and its clones) is dropped.

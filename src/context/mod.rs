@@ -28,7 +28,10 @@ pub(crate) use bindings::ScaleSource;
 use bindings::device_key;
 pub use scope::with_policy;
 
-use crate::fp8::training::{Fp8Site, Observer, registry};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::fp8::Fp8History;
+use crate::fp8::training::{Fp8Site, Observer, lane_of, registry};
 use crate::policy::{IntoPolicy, Policy, PolicyError};
 
 /// What one op runs under, resolved once.
@@ -81,18 +84,52 @@ pub(crate) fn resolve<B: Backend>(device: &B::Device) -> OpContext<B> {
     let fp8 = policy.fp8_scaling().map(|scaling| {
         // `check` refuses an FP8 policy on an unregistered backend, so this finds it.
         let ops = registry::lookup::<B>().expect("FP8 operations checked by the policy check");
-        Fp8Site::new(ops, scaling, Observer::current())
+        let history = scaling
+            .is_stateful()
+            .then(|| fp8_history(device))
+            .flatten()
+            .map(|h| (h, lane_of(device)));
+        Fp8Site {
+            ops,
+            scaling,
+            formats: policy.fp8_formats(),
+            history,
+            observer: Observer::current(),
+        }
     });
     OpContext { policy, fp8 }
 }
 
+/// The FP8 history of the loss scale bound to `device`. Without one, stateful scalings
+/// run as current scaling, with a warning (once per process).
+fn fp8_history<D: DeviceOps + 'static>(device: &D) -> Option<Fp8History> {
+    /// Why a global: the warning is about the process's setup, given once, not per op.
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    let history = bindings::read()
+        .scale_for(&device_key(device))
+        .map(|s| s.fp8_history());
+    if history.is_none() && !WARNED.swap(true, Ordering::Relaxed) {
+        log::warn!(
+            "burn-amp: an FP8 policy with delayed or exponent-bias scaling runs on a device \
+             with no automatic LossScaleOptimizer bound: its history has nowhere to live, so \
+             current scaling is used. Wrap the optimizer in a LossScaleOptimizer (new, init \
+             or init_on); it keeps the FP8 history and saves it in its record"
+        );
+    }
+    history
+}
+
 /// What a backward pass on `device` runs under: its policy, and the factor its loss is
-/// multiplied by (the bound loss scale under a policy that needs one, else 1).
+/// multiplied by (the bound loss scale under a policy that needs one, else 1). The pass
+/// ends the device's FP8 step: its next forward site is site 0 again.
 pub(crate) fn backward<B: Backend>(device: &B::Device) -> (Policy, f32) {
     let policy = self::policy::<B>(device);
     let source = bindings::read().scale_for(&device_key(device));
     let scale = source
-        .map(|s| s.begin_backward(policy.needs_loss_scaling()))
+        .map(|s| {
+            s.fp8_history().end_step(lane_of(device));
+            s.begin_backward(policy.needs_loss_scaling())
+        })
         .unwrap_or(1.0);
     (policy, scale)
 }

@@ -30,4 +30,7 @@ pub enum Fp8Error {
     /// An exponent bias out of range.
     #[error(transparent)]
     InvalidBias(#[from] burn_amp_kernels::fp8::InvalidBias),
+    /// A checkpoint of FP8 scaling state that cannot be used.
+    #[error("invalid FP8 scaling record: {0}")]
+    InvalidRecord(String),
 }

@@ -22,4 +22,8 @@ pub use delayed::{AmaxCompute, DelayedScaling, DelayedScalingItem};
 pub use error::Fp8Error;
 pub use recipe::Fp8Recipe;
 pub use tensor::Fp8Tensor;
-pub use training::{Fp8Numerics, Fp8Role, Fp8Scaling};
+pub use training::{
+    AUTO_FORMAT_TOLERANCE, DelayedRecipe, ExponentBiasRecipe, Fp8Formats, Fp8History,
+    Fp8HistoryRecord, Fp8Numerics, Fp8Role, Fp8Scaling, GradientCompression, LaneRecord,
+    RoleRecord, SiteRecord, aps_scale, choose_format,
+};

@@ -39,6 +39,21 @@ pub struct LossScaleConfig {
     /// skipping steps whose gradients are not finite.
     #[config(default = true)]
     pub dynamic: bool,
+    /// Enhanced loss scaling (Mellempudi et al., 2019): from each entry's `step` on, the
+    /// scale never falls below its `min_scale` (and is raised to it). Steps strictly
+    /// increasing; empty by default.
+    #[config(default = "Vec::new()")]
+    pub min_scale_schedule: Vec<MinScaleStep>,
+}
+
+/// One entry of [`LossScaleConfig::min_scale_schedule`]: from optimizer step `step` on
+/// (counting taken and skipped steps), the loss scale's floor is `min_scale`.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MinScaleStep {
+    /// The step the floor starts at.
+    pub step: u64,
+    /// The floor.
+    pub min_scale: f32,
 }
 
 impl LossScaleConfig {
@@ -49,6 +64,27 @@ impl LossScaleConfig {
             .with_min_scale(scale.min(1.0))
             .with_max_scale(scale.max(1.0))
             .with_dynamic(false)
+    }
+
+    /// The scale's floor at optimizer step `step`: `min_scale`, or the latest schedule entry
+    /// at or before `step` if it is higher.
+    ///
+    /// ```
+    /// use burn_amp::LossScaleConfig;
+    /// use burn_amp::loss_scale::MinScaleStep;
+    ///
+    /// // Intel's ResNet-50 schedule: 8k from 40k iterations, 32k from 150k.
+    /// let config = LossScaleConfig::new().with_min_scale_schedule(vec![
+    ///     MinScaleStep { step: 40_000, min_scale: 8192.0 },
+    ///     MinScaleStep { step: 150_000, min_scale: 32768.0 },
+    /// ]);
+    /// assert!(config.validate().is_ok());
+    /// assert_eq!(config.min_scale_at(39_999), 1.0);
+    /// assert_eq!(config.min_scale_at(40_000), 8192.0);
+    /// assert_eq!(config.min_scale_at(1_000_000), 32768.0);
+    /// ```
+    pub fn min_scale_at(&self, step: u64) -> f32 {
+        floor_at(self.min_scale, &self.min_scale_schedule, step)
     }
 
     /// Checks the numbers.
@@ -91,6 +127,30 @@ impl LossScaleConfig {
         if self.growth_interval == 0 {
             return invalid("growth_interval", "0".into(), ">= 1");
         }
+        let mut previous = None;
+        for entry in &self.min_scale_schedule {
+            let value = format!("{{step: {}, min_scale: {}}}", entry.step, entry.min_scale);
+            if previous.is_some_and(|p| entry.step <= p) {
+                return invalid("min_scale_schedule", value, "steps strictly increasing");
+            }
+            if !finite_positive(entry.min_scale) || entry.min_scale > self.max_scale {
+                return invalid(
+                    "min_scale_schedule",
+                    value,
+                    "minima finite, > 0 and <= max_scale",
+                );
+            }
+            previous = Some(entry.step);
+        }
         Ok(())
     }
+}
+
+/// The floor at `step` of a `schedule` (sorted by step) over the constant `min_scale`.
+pub(crate) fn floor_at(min_scale: f32, schedule: &[MinScaleStep], step: u64) -> f32 {
+    schedule
+        .iter()
+        .take_while(|entry| entry.step <= step)
+        .last()
+        .map_or(min_scale, |entry| entry.min_scale.max(min_scale))
 }

@@ -7,6 +7,7 @@
 //! when it is read, in f32. So every gradient a user, an optimizer or Burn's `Learner` sees
 //! is the true one, and gradient clipping, accumulation and logging need no change.
 
+mod compress;
 mod config;
 mod grads;
 #[cfg(feature = "train")]
@@ -15,7 +16,7 @@ mod optimizer;
 mod record;
 mod state;
 
-pub use config::LossScaleConfig;
+pub use config::{LossScaleConfig, MinScaleStep};
 #[cfg(feature = "train")]
 pub use metric::{LossScaleMetric, SkippedStepsMetric};
 pub use optimizer::LossScaleOptimizer;

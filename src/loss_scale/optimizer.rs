@@ -10,11 +10,13 @@ use std::sync::Arc;
 
 use burn_tensor::backend::DeviceOps;
 
+use super::compress::compress;
 use super::grads::{all_finite, unscale};
 use super::state::{Binding, LossScale, Pending};
 use super::{LossScaleConfig, LossScaleError, LossScaleOptimizerRecord};
 use crate::MixedPrecision;
 use crate::context::{self, ScaleSource};
+use crate::fp8::GradientCompression;
 
 /// Wraps a Burn optimizer with loss scaling, for training under `mixed_float16`.
 ///
@@ -130,6 +132,13 @@ impl<O> LossScaleOptimizer<O> {
         self.scale.total_steps()
     }
 
+    /// The state of delayed and exponent-bias FP8 policies (amax histories, scales, biases)
+    /// on the devices this optimizer is bound to; saved in its record. Print it for the
+    /// per-site report.
+    pub fn fp8_history(&self) -> &crate::fp8::Fp8History {
+        self.scale.fp8_history()
+    }
+
     /// A handle on the scale and its counters, e.g. for [`LossScaleMetric`](crate::LossScaleMetric).
     pub fn handle(&self) -> LossScale {
         self.scale.clone()
@@ -198,9 +207,10 @@ impl<O> LossScaleOptimizer<O> {
             return true;
         }
         let finite = finite();
+        let schedule = self.scale.min_scale_schedule();
         let mut state = self.scale.lock();
         let at_floor = state.scale <= config.min_scale;
-        state.update(finite, config);
+        state.update(finite, config, &schedule);
         if !finite && at_floor {
             log::warn!(
                 "burn-amp: gradients are not finite at the minimum loss scale {} \
@@ -224,6 +234,9 @@ where
     fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
         let grads = self.unscale_grads::<MixedPrecision<B>, M>(grads, &module);
         if self.admit(|| all_finite::<MixedPrecision<B>, M>(&grads, &module)) {
+            let mut workers = [grads];
+            compress::<MixedPrecision<B>, M>(&mut workers, &module, compression(&module));
+            let [grads] = workers;
             self.inner.step(lr, module, grads)
         } else {
             module
@@ -245,6 +258,12 @@ where
                 .all(|(g, _)| all_finite::<MixedPrecision<B>, M>(g, &module))
         };
         if self.admit(finite) {
+            let how = compression(&module);
+            let (mut workers, devices): (Vec<_>, Vec<_>) = grads.grads.into_iter().unzip();
+            compress::<MixedPrecision<B>, M>(&mut workers, &module, how);
+            let grads = MultiGradientsParams {
+                grads: workers.into_iter().zip(devices).collect(),
+            };
             self.inner.step_multi(lr, module, grads)
         } else {
             module
@@ -259,6 +278,8 @@ where
             good_steps: state.good_steps,
             skipped_steps: state.skipped_steps,
             total_steps: state.total_steps,
+            min_scale_schedule: self.scale.min_scale_schedule(),
+            fp8: self.scale.fp8_history().to_record(),
         }
     }
 
@@ -274,6 +295,16 @@ where
         }
         self
     }
+}
+
+/// The gradient compression of the policy in force on `module`'s first device.
+fn compression<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) -> GradientCompression {
+    module
+        .devices()
+        .first()
+        .map_or(GradientCompression::None, |d| {
+            context::current(d).gradient_compression()
+        })
 }
 
 impl<O> LossScaleOptimizer<O> {
@@ -309,6 +340,20 @@ impl<O> LossScaleOptimizer<O> {
         O: Optimizer<M, B>,
     {
         record.validate(self.scale.config())?;
+        self.scale
+            .fp8_history()
+            .load_record(record.fp8)
+            .map_err(|err| LossScaleError::InvalidRecord {
+                field: "fp8",
+                value: "a bad FP8 history".into(),
+                rule: err.to_string(),
+            })?;
+        *self
+            .scale
+            .shared
+            .schedule
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = record.min_scale_schedule;
         self.inner = self.inner.clone().load_record(record.inner);
         let mut state = self.scale.lock();
         state.scale = record.scale;

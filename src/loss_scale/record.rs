@@ -5,7 +5,8 @@ use burn::record::{PrecisionSettings, Record};
 use burn::tensor::backend::Backend;
 use serde::{Deserialize, Serialize};
 
-use super::{LossScaleConfig, LossScaleError};
+use super::{LossScaleConfig, LossScaleError, MinScaleStep};
+use crate::fp8::Fp8HistoryRecord;
 
 /// The record of a [`LossScaleOptimizer`](super::LossScaleOptimizer).
 #[derive(Clone, Debug, PartialEq)]
@@ -20,6 +21,10 @@ pub struct LossScaleOptimizerRecord<R> {
     pub skipped_steps: u64,
     /// Steps taken or skipped so far.
     pub total_steps: u64,
+    /// The minimum-scale schedule in force (enhanced loss scaling), `(step, minimum)`.
+    pub min_scale_schedule: Vec<MinScaleStep>,
+    /// The state of delayed and exponent-bias FP8 scaling (empty under other policies).
+    pub fp8: Fp8HistoryRecord,
 }
 
 impl<R> LossScaleOptimizerRecord<R> {
@@ -34,6 +39,8 @@ impl<R> LossScaleOptimizerRecord<R> {
     ///     good_steps: good,
     ///     skipped_steps: skipped,
     ///     total_steps: total,
+    ///     min_scale_schedule: vec![],
+    ///     fp8: Default::default(),
     /// };
     /// let config = LossScaleConfig::new();
     /// assert!(record(1024.0, 3, 1, 10).validate(&config).is_ok());
@@ -45,7 +52,9 @@ impl<R> LossScaleOptimizerRecord<R> {
     /// # Errors
     /// [`LossScaleError::InvalidRecord`] naming the first field that breaks its rule: the
     /// scale must be finite, positive and within `[min_scale, max_scale]`; no more steps
-    /// skipped than taken; no more good steps in a row than finite steps.
+    /// skipped than taken; no more good steps in a row than finite steps; the schedule as
+    /// [`LossScaleConfig::validate`] checks it, with the scale at or above its floor; the
+    /// FP8 state as [`Fp8HistoryRecord::validate`] checks it.
     pub fn validate(&self, config: &LossScaleConfig) -> Result<(), LossScaleError> {
         let invalid = |field: &'static str, value: String, rule: String| {
             Err(LossScaleError::InvalidRecord { field, value, rule })
@@ -69,6 +78,23 @@ impl<R> LossScaleOptimizerRecord<R> {
             let rule = format!("at most total_steps - skipped_steps = {finite_steps}");
             return invalid("good_steps", self.good_steps.to_string(), rule);
         }
+        let schedule = config
+            .clone()
+            .with_min_scale_schedule(self.min_scale_schedule.clone());
+        if let Err(LossScaleError::InvalidConfig { value, rule, .. }) = schedule.validate() {
+            return invalid("min_scale_schedule", value, rule.to_string());
+        }
+        let floor = schedule.min_scale_at(self.total_steps);
+        if config.dynamic && self.scale < floor {
+            let rule = format!(
+                "at least the scheduled minimum {floor} at step {}",
+                self.total_steps
+            );
+            return invalid("scale", self.scale.to_string(), rule);
+        }
+        if let Err(err) = self.fp8.validate() {
+            return invalid("fp8", "a bad FP8 history".into(), err.to_string());
+        }
         Ok(())
     }
 }
@@ -82,6 +108,10 @@ pub struct LossScaleOptimizerItem<I> {
     good_steps: u64,
     skipped_steps: u64,
     total_steps: u64,
+    #[serde(default)]
+    min_scale_schedule: Vec<MinScaleStep>,
+    #[serde(default)]
+    fp8: Fp8HistoryRecord,
 }
 
 impl<B: Backend, R: Record<B>> Record<B> for LossScaleOptimizerRecord<R> {
@@ -94,6 +124,8 @@ impl<B: Backend, R: Record<B>> Record<B> for LossScaleOptimizerRecord<R> {
             good_steps: self.good_steps,
             skipped_steps: self.skipped_steps,
             total_steps: self.total_steps,
+            min_scale_schedule: self.min_scale_schedule,
+            fp8: self.fp8,
         }
     }
 
@@ -104,6 +136,8 @@ impl<B: Backend, R: Record<B>> Record<B> for LossScaleOptimizerRecord<R> {
             good_steps: item.good_steps,
             skipped_steps: item.skipped_steps,
             total_steps: item.total_steps,
+            min_scale_schedule: item.min_scale_schedule,
+            fp8: item.fp8,
         }
     }
 }

@@ -4,7 +4,9 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::LossScaleConfig;
+use super::config::{MinScaleStep, floor_at};
 use crate::context::ScaleSource;
+use crate::fp8::Fp8History;
 
 /// What backward passes did since the last optimizer step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -40,9 +42,11 @@ impl ScaleState {
         }
     }
 
-    /// One optimizer step: `finite` says whether all gradients were finite.
-    pub fn update(&mut self, finite: bool, config: &LossScaleConfig) {
+    /// One optimizer step: `finite` says whether all gradients were finite. The scale then
+    /// keeps to the schedule's floor for the next step.
+    pub fn update(&mut self, finite: bool, config: &LossScaleConfig, schedule: &[MinScaleStep]) {
         self.total_steps += 1;
+        let floor = floor_at(config.min_scale, schedule, self.total_steps);
         if finite {
             if config.dynamic {
                 self.good_steps += 1;
@@ -58,12 +62,19 @@ impl ScaleState {
                 self.scale = (self.scale * config.backoff_factor).max(config.min_scale);
             }
         }
+        if config.dynamic && self.scale < floor {
+            self.scale = floor;
+        }
     }
 }
 
 pub(crate) struct Shared {
     pub config: LossScaleConfig,
     pub state: Mutex<ScaleState>,
+    /// The minimum-scale schedule in force: the config's, or a loaded record's.
+    pub schedule: Mutex<Vec<MinScaleStep>>,
+    /// The state of stateful FP8 scalings on the bound devices.
+    pub fp8: Fp8History,
 }
 
 /// A handle on a [`LossScaleOptimizer`](super::LossScaleOptimizer)'s scale and counters,
@@ -89,7 +100,12 @@ impl LossScale {
     pub(crate) fn new(config: LossScaleConfig) -> Self {
         let state = Mutex::new(ScaleState::new(&config));
         Self {
-            shared: Arc::new(Shared { config, state }),
+            shared: Arc::new(Shared {
+                schedule: Mutex::new(config.min_scale_schedule.clone()),
+                config,
+                state,
+                fp8: Fp8History::default(),
+            }),
         }
     }
 
@@ -115,6 +131,21 @@ impl LossScale {
     /// Finite steps in a row since the scale last changed or overflowed.
     pub fn good_steps(&self) -> u64 {
         self.lock().good_steps
+    }
+
+    /// The FP8 scaling state (amax histories, biases) of delayed and exponent-bias FP8
+    /// policies on the devices this scale is bound to.
+    pub fn fp8_history(&self) -> &Fp8History {
+        &self.shared.fp8
+    }
+
+    /// The minimum-scale schedule in force (the config's, or the one a loaded record held).
+    pub fn min_scale_schedule(&self) -> Vec<MinScaleStep> {
+        self.shared
+            .schedule
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The settings.
@@ -150,6 +181,10 @@ impl ScaleSource for Binding {
     fn begin_backward(&self, needed: bool) -> f32 {
         self.0.begin_backward(needed)
     }
+
+    fn fp8_history(&self) -> Fp8History {
+        self.0.shared.fp8.clone()
+    }
 }
 
 #[cfg(test)]
@@ -161,12 +196,12 @@ mod tests {
         let config = LossScaleConfig::new().with_growth_interval(3);
         let mut state = ScaleState::new(&config);
         for _ in 0..2 {
-            state.update(true, &config);
+            state.update(true, &config, &[]);
         }
         assert_eq!(state.scale, 32768.0);
-        state.update(true, &config);
+        state.update(true, &config, &[]);
         assert_eq!(state.scale, 65536.0);
-        state.update(false, &config);
+        state.update(false, &config, &[]);
         assert_eq!(state.scale, 32768.0);
         assert_eq!(
             (state.skipped_steps, state.total_steps, state.good_steps),
@@ -179,7 +214,7 @@ mod tests {
         let config = LossScaleConfig::fixed(128.0);
         let mut state = ScaleState::new(&config);
         for i in 0..5000 {
-            state.update(i % 7 != 0, &config);
+            state.update(i % 7 != 0, &config, &[]);
         }
         assert_eq!(state.scale, 128.0);
         assert_eq!(state.skipped_steps, 715);

@@ -17,8 +17,10 @@
 //! Keras' FP8 policies put a name after `float8_from_`: `float8_from_mixed_bfloat16` and
 //! `float8_from_mixed_float16` are those mixed policies, with every matmul, linear and
 //! convolution fed E4M3 inputs in the forward pass and an E5M2 gradient in the backward
-//! pass (see [`crate::fp8::training`]). In a spec, the key `fp8=tensor` or `fp8=blockwise`
-//! does the same.
+//! pass (see [`crate::fp8::training`]). In a spec, the key `fp8=` picks the scaling
+//! (`tensor`, `blockwise`, `delayed` with `history=`, `margin=`, `amax=`, or `bias` with
+//! `drift=`), `format=auto` lets each tensor pick E4M3 or E5M2, and `grads=aps` (or
+//! `aps_shp`) compresses parameter gradients with APS's per-layer scales.
 //!
 //! This module holds values only. Which policy an op runs under is decided in one place,
 //! the crate's context: a scoped override ([`with_policy`](crate::with_policy)) wins over a
@@ -35,7 +37,7 @@ pub use parse::IntoPolicy;
 
 use burn_tensor::FloatDType;
 
-use crate::fp8::Fp8Scaling;
+use crate::fp8::{Fp8Formats, Fp8Scaling, GradientCompression};
 
 /// A dtype policy: the variable, compute and output dtypes of a model.
 ///
@@ -64,6 +66,8 @@ pub struct Policy {
     compute: FloatDType,
     output: FloatDType,
     fp8: Option<Fp8Scaling>,
+    formats: Fp8Formats,
+    grads: GradientCompression,
 }
 
 impl Policy {
@@ -112,9 +116,11 @@ impl Policy {
         self
     }
 
-    /// The same dtypes, without FP8 (the policy an FP8 policy is "from").
+    /// The same dtypes, without FP8 (the policy an FP8 policy is "from"); gradient
+    /// compression, which is not FP8 matmuls, stays.
     pub const fn without_fp8(mut self) -> Self {
         self.fp8 = None;
+        self.formats = Fp8Formats::Hybrid;
         self
     }
 
@@ -122,6 +128,29 @@ impl Policy {
     /// in the compute dtype.
     pub fn fp8_scaling(&self) -> Option<Fp8Scaling> {
         self.fp8
+    }
+
+    /// The same policy with FP8 formats chosen by `formats` (spec key `format=`).
+    pub const fn with_fp8_formats(mut self, formats: Fp8Formats) -> Self {
+        self.formats = formats;
+        self
+    }
+
+    /// Which FP8 format each tensor is rounded to (hybrid unless `format=auto`).
+    pub fn fp8_formats(&self) -> Fp8Formats {
+        self.formats
+    }
+
+    /// The same policy with parameter gradients compressed by `grads` (spec key `grads=`).
+    pub const fn with_gradient_compression(mut self, grads: GradientCompression) -> Self {
+        self.grads = grads;
+        self
+    }
+
+    /// How [`LossScaleOptimizer`](crate::LossScaleOptimizer) compresses parameter gradients
+    /// before the update (none unless `grads=aps` or `grads=aps_shp`).
+    pub fn gradient_compression(&self) -> GradientCompression {
+        self.grads
     }
 
     /// A policy from its three dtypes.
@@ -156,6 +185,8 @@ impl Policy {
             compute,
             output,
             fp8: None,
+            formats: Fp8Formats::Hybrid,
+            grads: GradientCompression::None,
         }
     }
 
@@ -183,6 +214,7 @@ impl Policy {
     /// Whether any dtype of the policy is narrower than f32, FP8 included.
     pub fn is_reduced_precision(&self) -> bool {
         self.fp8.is_some()
+            || self.grads != GradientCompression::None
             || [self.variable, self.compute, self.output]
                 .iter()
                 .any(|d| matches!(d, FloatDType::F16 | FloatDType::BF16))
@@ -206,7 +238,7 @@ impl Policy {
             variable: swap(self.variable),
             compute: swap(self.compute),
             output: swap(self.output),
-            fp8: self.fp8,
+            ..*self
         }
     }
 

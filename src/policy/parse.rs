@@ -6,7 +6,9 @@ use core::str::FromStr;
 use burn_tensor::FloatDType;
 
 use super::{Policy, PolicyError};
-use crate::fp8::Fp8Scaling;
+use crate::fp8::{
+    AmaxCompute, DelayedRecipe, ExponentBiasRecipe, Fp8Formats, Fp8Scaling, GradientCompression,
+};
 
 /// The Keras policy names [`Policy`] parses.
 pub(crate) const VALID_NAMES: [&str; 5] = [
@@ -31,9 +33,11 @@ pub(crate) const SPEC_EXAMPLE: &str = "params=float32,compute=bfloat16,output=fl
 /// scalings.
 pub(crate) const SPEC_HELP: &str = "a spec is key=value pairs joined by commas, such as \
     \"params=float32,compute=bfloat16,output=float32\"; keys: params (or param, p), \
-    compute (or c), output (or o), fp8; dtypes: float32 (or f32, full), float16 (or f16, \
-    half), bfloat16 (or bf16); fp8: tensor (or per_tensor), blockwise (or block, blocks), \
-    none; a missing dtype key means float32";
+    compute (or c), output (or o), fp8, history, margin, amax, drift, format, grads; \
+    dtypes: float32 (or f32, full), float16 (or f16, half), bfloat16 (or bf16); fp8: tensor \
+    (or per_tensor), blockwise (or block, blocks), delayed (with history=N, margin=N, \
+    amax=max|most_recent), bias (with drift=N), none; format: hybrid, auto; grads: aps, \
+    aps_shp, none; a missing dtype key means float32";
 
 fn named(name: &str) -> Option<Policy> {
     if let Some(base) = name.strip_prefix(FP8_PREFIX) {
@@ -72,54 +76,174 @@ fn parse_dtype(name: &str) -> Option<FloatDType> {
     }
 }
 
+/// The FP8 keys of a spec, as given.
+#[derive(Default)]
+struct Fp8Keys {
+    scaling: Option<Option<Fp8Scaling>>,
+    history: Option<u32>,
+    margin: Option<u32>,
+    amax: Option<AmaxCompute>,
+    drift: Option<u32>,
+    formats: Option<Fp8Formats>,
+    grads: Option<GradientCompression>,
+}
+
 fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
     let invalid = |reason: String| PolicyError::InvalidSpec {
         spec: spec.to_string(),
         reason,
     };
     let mut fields: [Option<FloatDType>; 3] = [None; 3];
-    let mut fp8 = None;
+    let mut keys = Fp8Keys::default();
     for part in spec.split(',') {
         let (key, value) = part
             .split_once('=')
-            .ok_or_else(|| invalid(format!("{part:?} is not of the form key=dtype")))?;
-        if key.trim() == "fp8" {
-            let value = value.trim();
-            let scaling = match value {
-                "none" => None,
-                other => Some(Fp8Scaling::from_name(other).ok_or_else(|| {
-                    invalid(format!(
-                        "unknown fp8 scaling {other:?}; use tensor, blockwise or none"
-                    ))
-                })?),
-            };
-            if fp8.replace(scaling).is_some() {
-                return Err(invalid("key \"fp8\" is given twice".into()));
-            }
-            continue;
-        }
-        let slot = match key.trim() {
-            "params" | "param" | "p" => 0,
-            "compute" | "c" => 1,
-            "output" | "o" => 2,
-            other => {
-                return Err(invalid(format!(
-                    "unknown key {other:?}; the keys are params, compute, output and fp8"
-                )));
-            }
+            .ok_or_else(|| invalid(format!("{part:?} is not of the form key=value")))?;
+        let (key, value) = (key.trim(), value.trim());
+        let twice = || invalid(format!("key {key:?} is given twice"));
+        let number = || {
+            value
+                .parse::<u32>()
+                .map_err(|_| invalid(format!("{key}={value:?} is not a whole number")))
         };
-        let value = value.trim();
-        let dtype = parse_dtype(value)
-            .ok_or_else(|| invalid(format!("unknown dtype {value:?} for key {:?}", key.trim())))?;
-        if fields[slot].replace(dtype).is_some() {
-            return Err(invalid(format!("key {:?} is given twice", key.trim())));
+        match key {
+            "fp8" => {
+                let scaling = match value {
+                    "none" => None,
+                    other => Some(Fp8Scaling::from_name(other).ok_or_else(|| {
+                        invalid(format!(
+                            "unknown fp8 scaling {other:?}; use tensor, blockwise, delayed, \
+                             bias or none"
+                        ))
+                    })?),
+                };
+                keys.scaling
+                    .replace(scaling)
+                    .map_or(Ok(()), |_| Err(twice()))?;
+            }
+            "history" | "amax_history_len" | "amax_history_length" => {
+                let n = number()?;
+                if n == 0 {
+                    return Err(invalid(
+                        "history=0: an amax history holds at least 1 step".into(),
+                    ));
+                }
+                keys.history.replace(n).map_or(Ok(()), |_| Err(twice()))?;
+            }
+            "margin" => {
+                let n = number()?;
+                if n > 64 {
+                    return Err(invalid(format!(
+                        "margin={n}: at most 64 binades of headroom"
+                    )));
+                }
+                keys.margin.replace(n).map_or(Ok(()), |_| Err(twice()))?;
+            }
+            "amax" | "amax_compute_algo" => {
+                let amax = match value {
+                    "max" => AmaxCompute::Max,
+                    "most_recent" => AmaxCompute::MostRecent,
+                    other => {
+                        return Err(invalid(format!(
+                            "unknown amax rule {other:?}; use max or most_recent"
+                        )));
+                    }
+                };
+                keys.amax.replace(amax).map_or(Ok(()), |_| Err(twice()))?;
+            }
+            "drift" => {
+                let n = number()?;
+                keys.drift.replace(n).map_or(Ok(()), |_| Err(twice()))?;
+            }
+            "format" | "fp8_format" => {
+                let formats = match value {
+                    "hybrid" => Fp8Formats::Hybrid,
+                    "auto" => Fp8Formats::Auto,
+                    other => {
+                        return Err(invalid(format!(
+                            "unknown fp8 format choice {other:?}; use hybrid or auto"
+                        )));
+                    }
+                };
+                keys.formats
+                    .replace(formats)
+                    .map_or(Ok(()), |_| Err(twice()))?;
+            }
+            "grads" => {
+                let grads = GradientCompression::from_name(value).ok_or_else(|| {
+                    invalid(format!(
+                        "unknown gradient compression {value:?}; use aps, aps_shp or none"
+                    ))
+                })?;
+                keys.grads.replace(grads).map_or(Ok(()), |_| Err(twice()))?;
+            }
+            _ => {
+                let slot = match key {
+                    "params" | "param" | "p" => 0,
+                    "compute" | "c" => 1,
+                    "output" | "o" => 2,
+                    other => {
+                        return Err(invalid(format!(
+                            "unknown key {other:?}; the keys are params, compute, output, fp8, \
+                             history, margin, amax, drift, format and grads"
+                        )));
+                    }
+                };
+                let dtype = parse_dtype(value)
+                    .ok_or_else(|| invalid(format!("unknown dtype {value:?} for key {key:?}")))?;
+                if fields[slot].replace(dtype).is_some() {
+                    return Err(twice());
+                }
+            }
         }
     }
     let [p, c, o] = fields.map(|f| f.unwrap_or(FloatDType::F32));
     let policy = Policy::new(p, c, o)?;
-    Ok(match fp8.flatten() {
+    let scaling = fp8_scaling(&keys).map_err(invalid)?;
+    if keys.formats.is_some() && scaling.is_none() {
+        return Err(invalid("format= needs an fp8= scaling".into()));
+    }
+    let policy = match scaling {
         Some(scaling) => policy.with_fp8_scaling(scaling),
         None => policy,
+    };
+    Ok(policy
+        .with_fp8_formats(keys.formats.unwrap_or_default())
+        .with_gradient_compression(keys.grads.unwrap_or_default()))
+}
+
+/// The scaling the keys describe; a setting of another scaling than the one named is an
+/// error, not silently ignored.
+fn fp8_scaling(keys: &Fp8Keys) -> Result<Option<Fp8Scaling>, String> {
+    let scaling = keys.scaling.flatten();
+    let delayed_keys = keys.history.is_some() || keys.margin.is_some() || keys.amax.is_some();
+    Ok(match scaling {
+        Some(Fp8Scaling::Delayed(default)) => {
+            if keys.drift.is_some() {
+                return Err("drift= belongs to fp8=bias, not fp8=delayed".into());
+            }
+            Some(Fp8Scaling::Delayed(DelayedRecipe {
+                history: keys.history.unwrap_or(default.history),
+                margin: keys.margin.unwrap_or(default.margin),
+                amax: keys.amax.unwrap_or(default.amax),
+            }))
+        }
+        Some(Fp8Scaling::ExponentBias(default)) => {
+            if delayed_keys {
+                return Err("history=, margin= and amax= belong to fp8=delayed".into());
+            }
+            Some(Fp8Scaling::ExponentBias(ExponentBiasRecipe {
+                drift: keys.drift.unwrap_or(default.drift),
+            }))
+        }
+        other => {
+            if delayed_keys || keys.drift.is_some() {
+                return Err(
+                    "history=, margin= and amax= need fp8=delayed; drift= needs fp8=bias".into(),
+                );
+            }
+            other
+        }
     })
 }
 
@@ -145,15 +269,16 @@ impl FromStr for Policy {
 
 impl fmt::Display for Policy {
     /// Writes the Keras name where the policy has one (`float8_from_…` for per-tensor FP8),
-    /// else its jmp-style spec.
+    /// else its jmp-style spec with its FP8 keys.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let base = self.without_fp8();
         let keras = VALID_NAMES
             .iter()
             .find(|n| named_dtypes(n).as_ref() == Some(&base));
+        let plain = self.formats == Fp8Formats::Hybrid && self.grads == GradientCompression::None;
         match (keras, self.fp8) {
-            (Some(name), None) => return f.write_str(name),
-            (Some(name), Some(Fp8Scaling::PerTensor)) => {
+            (Some(name), None) if plain => return f.write_str(name),
+            (Some(name), Some(Fp8Scaling::PerTensor)) if plain => {
                 return write!(f, "{FP8_PREFIX}{name}");
             }
             _ => {}
@@ -166,10 +291,16 @@ impl fmt::Display for Policy {
             name(self.compute),
             name(self.output)
         )?;
-        match self.fp8 {
-            Some(scaling) => write!(f, ",fp8={scaling}"),
-            None => Ok(()),
+        if let Some(scaling) = self.fp8 {
+            write!(f, ",fp8={scaling}")?;
         }
+        if self.formats != Fp8Formats::Hybrid {
+            write!(f, ",format={}", self.formats.name())?;
+        }
+        if self.grads != GradientCompression::None {
+            write!(f, ",grads={}", self.grads.name())?;
+        }
+        Ok(())
     }
 }
 

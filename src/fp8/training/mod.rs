@@ -6,12 +6,18 @@
 //! convolution of the compute class
 //!
 //! 1. casts its inputs to the compute dtype, as the mixed policy does;
-//! 2. rounds both operands to E4M3 with current scaling ([`Fp8Scaling`]): the values the op
-//!    then multiplies are exactly FP8 values times their block's scale, what an FP8 GEMM
-//!    reads; the rounding is differentiated as the identity (straight-through estimator);
+//! 2. rounds both operands to E4M3 with the policy's scaling ([`Fp8Scaling`]: current,
+//!    blockwise, delayed or exponent bias; `format=auto` may pick E5M2 per tensor): the
+//!    values the op then multiplies are exactly FP8 values times their block's scale, what
+//!    an FP8 GEMM reads; the rounding is differentiated as the identity (straight-through
+//!    estimator);
 //! 3. runs the op in the compute dtype;
 //! 4. in the backward pass, rounds the gradient arriving at its output to E5M2 before the
 //!    op's own backward matmuls use it (HFP8: E4M3 forward, E5M2 backward).
+//!
+//! Delayed and exponent-bias scaling keep per-site state in an [`Fp8History`], owned by the
+//! [`LossScaleOptimizer`](crate::LossScaleOptimizer) bound to the device and saved in its
+//! record.
 //!
 //! Biases, attention's score and value products, and everything outside the compute class
 //! stay as the mixed policy has them. Variables stay f32 and the optimizer updates them in
@@ -45,17 +51,26 @@
 //! [`Fp8Scaling`]: crate::fp8::Fp8Scaling
 //! [`Fp8Numerics`]: crate::fp8::Fp8Numerics
 
+mod history;
 mod numerics;
 mod quant;
 pub(crate) mod registry;
+mod rules;
 mod scaling;
 mod site;
 
+pub(crate) use history::lane_of;
+pub use history::{
+    Fp8History, Fp8HistoryRecord, LaneRecord, RoleRecord, RoleState, SiteRecord, SiteState,
+};
 pub(crate) use numerics::Observer;
 pub use numerics::{
     FORMATS, Fp8Numerics, HISTOGRAM_MAX_EXPONENT, HISTOGRAM_MIN_EXPONENT, RoleNumerics,
     SiteNumerics,
 };
 pub use registry::register;
-pub use scaling::{Fp8Role, Fp8Scaling};
+pub use rules::{AUTO_FORMAT_TOLERANCE, aps_scale, choose_format};
+pub use scaling::{
+    DelayedRecipe, ExponentBiasRecipe, Fp8Formats, Fp8Role, Fp8Scaling, GradientCompression,
+};
 pub(crate) use site::Fp8Site;

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn_amp_kernels::fp8::reference::{decode, encode_scaled};
 use burn_amp_kernels::fp8::scale::{ScaleRule, block_scale};
-use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format, Overflow};
+use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format, Fp8Layout, Overflow};
 use burn_tensor::Shape;
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
@@ -96,6 +96,26 @@ impl Observer {
     }
 }
 
+/// The two formats a tensor was weighed in: each with its exponent bias and its
+/// per-tensor scale (`None`: current scales per block of the recipe), and the one used.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Candidates {
+    pub formats: [Fp8Format; 2],
+    pub scales: [Option<f32>; 2],
+    pub chosen: usize,
+}
+
+impl Candidates {
+    /// Current scaling in both standard formats, `layout` used.
+    pub fn current(layout: Fp8Layout) -> Self {
+        Self {
+            formats: FORMATS,
+            scales: [None; 2],
+            chosen: usize::from(layout == Fp8Layout::E5M2),
+        }
+    }
+}
+
 /// Adds one quantized tensor (flattened, with its original `shape`) to the report.
 pub(crate) fn record<I: Backend>(
     tag: &SiteTag,
@@ -103,6 +123,7 @@ pub(crate) fn record<I: Backend>(
     recipe: Fp8Recipe,
     flat: FloatTensor<I>,
     shape: &Shape,
+    candidates: &Candidates,
 ) {
     let values = host_f32::<I>(flat);
     let Ok(layout) = recipe.layout(shape) else {
@@ -121,13 +142,17 @@ pub(crate) fn record<I: Backend>(
             stats.non_finite += 1;
         }
     }
-    for (f, format) in FORMATS.iter().enumerate() {
+    stats.chosen[candidates.chosen] += 1;
+    for (f, format) in candidates.formats.iter().enumerate() {
         let cast = Fp8Cast::new(*format).with_overflow(Overflow::NonSaturating);
-        let scales: Vec<f32> = amaxes
-            .iter()
-            .map(|a| block_scale(*a, *format, rule).scale)
-            .collect();
-        let own = *format == role.cast().format;
+        let scales: Vec<f32> = match candidates.scales[f] {
+            Some(scale) => vec![scale; amaxes.len()],
+            None => amaxes
+                .iter()
+                .map(|a| block_scale(*a, *format, rule).scale)
+                .collect(),
+        };
+        let own = f == candidates.chosen;
         for (i, v) in values.iter().enumerate() {
             if *v == 0.0 || !v.is_finite() {
                 continue;
@@ -188,6 +213,9 @@ pub struct RoleNumerics {
     /// for `e` from [`HISTOGRAM_MIN_EXPONENT`] to [`HISTOGRAM_MAX_EXPONENT`] (the ends also
     /// count everything beyond them).
     pub histogram: Vec<u64>,
+    /// How many of the recorded tensors were rounded to E4M3 and to E5M2 (under
+    /// `format=auto` both can count).
+    pub chosen: [u64; 2],
 }
 
 impl RoleNumerics {
@@ -201,6 +229,7 @@ impl RoleNumerics {
             underflow: [0; 2],
             saturated: [0; 2],
             histogram: vec![0; (HISTOGRAM_MAX_EXPONENT - HISTOGRAM_MIN_EXPONENT + 1) as usize],
+            chosen: [0; 2],
         }
     }
 
@@ -212,15 +241,23 @@ impl RoleNumerics {
         for f in 0..2 {
             self.underflow[f] += other.underflow[f];
             self.saturated[f] += other.saturated[f];
+            self.chosen[f] += other.chosen[f];
         }
         for (a, b) in self.histogram.iter_mut().zip(&other.histogram) {
             *a += b;
         }
     }
 
-    /// The format this role is quantized to (E4M3 forward, E5M2 backward).
+    /// The format this role was quantized to most often (under the hybrid format: E4M3
+    /// forward, E5M2 backward).
     pub fn format(&self) -> Fp8Format {
-        self.role.cast().format
+        if self.chosen == [0, 0] {
+            self.role.cast().format
+        } else if self.chosen[1] > self.chosen[0] {
+            Fp8Format::E5M2
+        } else {
+            Fp8Format::E4M3
+        }
     }
 
     /// The share of all values that underflow to zero in `format` (E4M3 or E5M2).
@@ -342,19 +379,28 @@ impl Fp8Numerics {
 
 impl fmt::Display for Fp8Numerics {
     /// A table: one line per site and role; underflow (`uf`) and saturation (`sat`) in
-    /// percent of all values, for E4M3 and E5M2; `*` marks the format the role uses.
+    /// percent of all values, for E4M3 and E5M2; `*` marks the format the role used most;
+    /// `picked` counts the tensors rounded to E4M3 / E5M2.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{:<44} {:<6} {:>10} {:>7} {:>9} {:>9} {:>9} {:>9}",
-            "site", "role", "amax", "zero%", "e4m3 uf%", "e4m3 sat%", "e5m2 uf%", "e5m2 sat%"
+            "{:<44} {:<6} {:>10} {:>7} {:>9} {:>9} {:>9} {:>9} {:>8}",
+            "site",
+            "role",
+            "amax",
+            "zero%",
+            "e4m3 uf%",
+            "e4m3 sat%",
+            "e5m2 uf%",
+            "e5m2 sat%",
+            "picked"
         )?;
         for site in &self.sites {
             for (role, stats) in &site.roles {
                 let mark = |format: Fp8Format| if stats.format() == format { "*" } else { " " };
                 writeln!(
                     f,
-                    "{:<44} {:<6} {:>10.3e} {:>7.2} {:>8.3}{} {:>9.3} {:>8.3}{} {:>9.3}",
+                    "{:<44} {:<6} {:>10.3e} {:>7.2} {:>8.3}{} {:>9.3} {:>8.3}{} {:>9.3} {:>8}",
                     format!("#{} {}", site.site, site.label),
                     role.name(),
                     stats.amax,
@@ -365,6 +411,7 @@ impl fmt::Display for Fp8Numerics {
                     100.0 * stats.underflow_fraction(Fp8Format::E5M2),
                     mark(Fp8Format::E5M2),
                     100.0 * stats.saturation_fraction(Fp8Format::E5M2),
+                    format!("{}/{}", stats.chosen[0], stats.chosen[1]),
                 )?;
             }
         }

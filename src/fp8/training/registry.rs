@@ -15,15 +15,11 @@ use burn::backend::autodiff::checkpoint::strategy::{
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
 
-use super::numerics::SiteTag;
-use super::quant::{self, Quantize};
-use super::scaling::Fp8Role;
-use crate::fp8::{Fp8Backend, Fp8Recipe};
+use super::quant::{self, Plan, Quantize};
+use crate::fp8::Fp8Backend;
 
-/// Quantizes a tensor for one role of one site: `(tensor, role, recipe, site)`; `site` is
-/// where the numerics report (when one is recorded) counts the tensor.
-pub(crate) type QuantFn<B> =
-    fn(FloatTensor<B>, Fp8Role, Fp8Recipe, Option<SiteTag>) -> FloatTensor<B>;
+/// Quantizes a tensor for one role of one site as its [`Plan`] says.
+pub(crate) type QuantFn<B> = fn(FloatTensor<B>, Plan) -> FloatTensor<B>;
 
 /// The FP8 operations of one backend type.
 pub(crate) struct Fp8Ops<B: Backend> {

@@ -1,37 +1,35 @@
-//! One FP8 matmul site, as the decorator sees it: the inputs go to E4M3 before the op, the
-//! output is wrapped so its gradient goes to E5M2 on the way back.
+//! One FP8 matmul site, as the decorator sees it: the inputs go to FP8 before the op, the
+//! output is wrapped so its gradient goes to FP8 on the way back.
 //!
 //! An [`Fp8Site`] is a value: `crate::context` builds it once per op from the policy in
-//! force (its scaling), the backend's registered operations and the numerics report being
+//! force (its scaling and format choice), the backend's registered operations, the
+//! [`Fp8History`] bound to the device (stateful scalings) and the numerics report being
 //! recorded, if any.
 
 use burn_tensor::TensorMetadata;
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
 
+use super::history::{Fp8History, Lane, Slot};
 use super::numerics::{Observer, SiteTag};
+use super::quant::Plan;
 use super::registry::Fp8Ops;
-use super::scaling::{Fp8Role, Fp8Scaling};
+use super::scaling::{Fp8Formats, Fp8Role, Fp8Scaling};
 
 /// The FP8 treatment of one compute-class op under an FP8 policy.
 pub(crate) struct Fp8Site<B: Backend> {
-    ops: Fp8Ops<B>,
-    scaling: Fp8Scaling,
-    observer: Option<Observer>,
+    pub ops: Fp8Ops<B>,
+    pub scaling: Fp8Scaling,
+    pub formats: Fp8Formats,
+    /// Where a stateful scaling keeps its state, and the device's lane in it.
+    pub history: Option<(Fp8History, Lane)>,
+    pub observer: Option<Observer>,
 }
 
 impl<B: Backend> Fp8Site<B> {
-    pub(crate) fn new(ops: Fp8Ops<B>, scaling: Fp8Scaling, observer: Option<Observer>) -> Self {
-        Self {
-            ops,
-            scaling,
-            observer,
-        }
-    }
-
     /// Runs `op(lhs, rhs)` (a matmul, linear or convolution whose inputs are already in the
-    /// compute dtype) on E4M3-rounded operands, with its output gradient rounded to E5M2.
-    /// `kind` labels the site in the numerics report.
+    /// compute dtype) on FP8-rounded operands, with its output gradient rounded to FP8.
+    /// `kind` labels the site in the numerics report and the history.
     pub(crate) fn run(
         &self,
         kind: &str,
@@ -39,31 +37,41 @@ impl<B: Backend> Fp8Site<B> {
         rhs: FloatTensor<B>,
         op: impl FnOnce(FloatTensor<B>, FloatTensor<B>) -> FloatTensor<B>,
     ) -> FloatTensor<B> {
+        let label = || {
+            format!(
+                "{kind} {:?} x {:?}",
+                lhs.shape().as_slice(),
+                rhs.shape().as_slice()
+            )
+        };
         let tag = self
             .observer
             .as_ref()
             .map(|o| o.site(kind, &lhs.shape(), &rhs.shape()));
-        let lhs = self.quantize(lhs, Fp8Role::Input, &tag);
-        let rhs = self.quantize(rhs, Fp8Role::Weight, &tag);
-        self.output(op(lhs, rhs), tag)
-    }
-
-    /// `tensor`, the op's operand of `role`, rounded to E4M3 (straight-through gradient).
-    fn quantize(
-        &self,
-        tensor: FloatTensor<B>,
-        role: Fp8Role,
-        tag: &Option<SiteTag>,
-    ) -> FloatTensor<B> {
-        (self.ops.quantize)(tensor, role, self.scaling.recipe(role), tag.clone())
-    }
-
-    /// The op's output, unchanged; its gradient is rounded to E5M2 on the way back.
-    fn output(&self, output: FloatTensor<B>, tag: Option<SiteTag>) -> FloatTensor<B> {
-        let role = Fp8Role::Gradient;
+        // State moves only in steps that train: without a backward pass (validation,
+        // inference) a stateful scaling falls back to current scaling.
+        let slot = match (&self.history, self.ops.quantize_grad) {
+            (Some((history, lane)), Some(_)) if self.scaling.is_stateful() => {
+                Some(history.open_site(*lane, label))
+            }
+            _ => None,
+        };
+        let lhs = (self.ops.quantize)(lhs, self.plan(Fp8Role::Input, &slot, &tag));
+        let rhs = (self.ops.quantize)(rhs, self.plan(Fp8Role::Weight, &slot, &tag));
+        let output = op(lhs, rhs);
         match self.ops.quantize_grad {
-            Some(quantize_grad) => quantize_grad(output, role, self.scaling.recipe(role), tag),
+            Some(quantize_grad) => quantize_grad(output, self.plan(Fp8Role::Gradient, &slot, &tag)),
             None => output,
+        }
+    }
+
+    fn plan(&self, role: Fp8Role, slot: &Option<Slot>, tag: &Option<SiteTag>) -> Plan {
+        Plan {
+            role,
+            scaling: self.scaling,
+            formats: self.formats,
+            slot: slot.clone(),
+            site: tag.clone(),
         }
     }
 }

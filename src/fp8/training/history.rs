@@ -1,0 +1,499 @@
+//! The state of the stateful FP8 scalings (delayed, exponent bias): per device, per matmul
+//! site, per role, the amax history, the scale or bias in force and the format chosen.
+//!
+//! Sites are numbered in call order within a step: the first FP8 site of a forward pass
+//! after a backward pass began is site 0 again. A model that calls the same layers in the
+//! same order at every step (every Burn model with a fixed architecture) thus gives each
+//! layer the same number at every step. Forward passes without gradients (validation,
+//! inference) use current scaling and leave the history alone.
+
+use core::fmt;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use burn::record::{PrecisionSettings, Record};
+use burn_amp_kernels::fp8::scale::is_valid_scale;
+use burn_amp_kernels::fp8::{Fp8Format, Fp8Layout};
+use burn_tensor::backend::{Backend, DeviceOps};
+use serde::{Deserialize, Serialize};
+
+use super::scaling::Fp8Role;
+use crate::fp8::Fp8Error;
+
+/// A device's lane of the history: its `DeviceId` as `(type, index)`.
+pub(crate) type Lane = (u16, u16);
+
+/// The lane of `device`.
+pub(crate) fn lane_of<D: DeviceOps>(device: &D) -> Lane {
+    let id = device.id();
+    (id.type_id, id.index_id)
+}
+
+/// What one role of one site remembers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RoleState {
+    /// The amaxes of the steps so far (oldest first), at most the recipe's `history` of them.
+    pub history: VecDeque<f32>,
+    /// The scale the last quantization used (1 under exponent-bias scaling).
+    pub scale: f32,
+    /// The format the last quantization used, with its exponent bias.
+    pub format: Fp8Format,
+    /// Exponent-bias scaling: the bias in force for E4M3 and for E5M2, once chosen.
+    pub bias: [Option<i32>; 2],
+    /// How many times this role was quantized.
+    pub steps: u64,
+    /// How many of those picked E4M3 and E5M2 (both formats count under `format=auto`).
+    pub chosen: [u64; 2],
+}
+
+impl RoleState {
+    fn new(role: Fp8Role) -> Self {
+        Self {
+            history: VecDeque::new(),
+            scale: 1.0,
+            format: role.cast().format,
+            bias: [None; 2],
+            steps: 0,
+            chosen: [0; 2],
+        }
+    }
+}
+
+/// One matmul site: its label (op and operand shapes when first seen) and its roles.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SiteState {
+    /// The site's number (call order within a step).
+    pub site: u32,
+    /// The op and its operand shapes, e.g. `linear [64, 784] x [784, 256]`.
+    pub label: String,
+    /// What each role remembers.
+    pub roles: BTreeMap<Fp8Role, RoleState>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+struct LaneState {
+    sites: Vec<SiteState>,
+    next: u32,
+}
+
+/// The state of delayed and exponent-bias FP8 scaling: per device, per matmul site and per
+/// role (input, weight, gradient), the amax history, the scale or bias in force and the
+/// format used.
+///
+/// A [`LossScaleOptimizer`](crate::LossScaleOptimizer) owns one: it is bound to the
+/// optimizer's devices with its loss scale, saved in its record and restored (validated)
+/// from it, so a resumed run continues with the same scales. Sites are numbered in call
+/// order within a step (a backward pass ends a step), which a model calling the same layers
+/// in the same order keeps stable. Forward passes without gradients use current scaling and
+/// leave it alone.
+///
+/// `Display` prints one line per site and role: format, scale or bias, the history's length
+/// and maximum, and its newest amaxes.
+#[derive(Clone, Default)]
+pub struct Fp8History {
+    lanes: Arc<Mutex<BTreeMap<Lane, LaneState>>>,
+}
+
+impl fmt::Debug for Fp8History {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lanes = self.lock();
+        f.debug_struct("Fp8History")
+            .field("devices", &lanes.len())
+            .field(
+                "sites",
+                &lanes.values().map(|l| l.sites.len()).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// Where one quantization keeps its state: the history, the device's lane and the site.
+#[derive(Clone, Debug)]
+pub(crate) struct Slot {
+    pub history: Fp8History,
+    pub lane: Lane,
+    pub site: u32,
+}
+
+impl Fp8History {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<Lane, LaneState>> {
+        self.lanes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Numbers the next forward site of `lane`'s step, labelling it when first seen.
+    pub(crate) fn open_site(&self, lane: Lane, label: impl FnOnce() -> String) -> Slot {
+        let mut lanes = self.lock();
+        let state = lanes.entry(lane).or_default();
+        let site = state.next;
+        state.next += 1;
+        if state.sites.len() <= site as usize {
+            state.sites.push(SiteState {
+                site,
+                label: label(),
+                roles: BTreeMap::new(),
+            });
+        }
+        Slot {
+            history: self.clone(),
+            lane,
+            site,
+        }
+    }
+
+    /// A backward pass began on `lane`: its next forward site is site 0 again.
+    pub(crate) fn end_step(&self, lane: Lane) {
+        if let Some(state) = self.lock().get_mut(&lane) {
+            state.next = 0;
+        }
+    }
+
+    /// Runs `f` on the state of `slot`'s `role` (created when first seen).
+    pub(crate) fn with_role<R>(
+        &self,
+        slot: &Slot,
+        role: Fp8Role,
+        f: impl FnOnce(&mut RoleState) -> R,
+    ) -> R {
+        let mut lanes = self.lock();
+        let lane = lanes.entry(slot.lane).or_default();
+        while lane.sites.len() <= slot.site as usize {
+            let site = lane.sites.len() as u32;
+            lane.sites.push(SiteState {
+                site,
+                label: format!("site {site}"),
+                roles: BTreeMap::new(),
+            });
+        }
+        let site = &mut lane.sites[slot.site as usize];
+        f(site
+            .roles
+            .entry(role)
+            .or_insert_with(|| RoleState::new(role)))
+    }
+
+    /// The sites of `device`, in call order.
+    pub fn sites<D: DeviceOps>(&self, device: &D) -> Vec<SiteState> {
+        self.lock()
+            .get(&lane_of(device))
+            .map(|l| l.sites.clone())
+            .unwrap_or_default()
+    }
+
+    /// Whether no stateful FP8 site ran yet (or the state was cleared).
+    pub fn is_empty(&self) -> bool {
+        self.lock().values().all(|l| l.sites.is_empty())
+    }
+
+    /// Forgets every site (a new model, say).
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+
+    /// The state as a record (see [`Fp8HistoryRecord`]).
+    pub fn to_record(&self) -> Fp8HistoryRecord {
+        let lanes = self.lock();
+        Fp8HistoryRecord {
+            devices: lanes
+                .iter()
+                .map(|(lane, state)| LaneRecord {
+                    device_type: lane.0,
+                    device_index: lane.1,
+                    sites: state.sites.iter().map(SiteRecord::from).collect(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Replaces the state with `record`'s, after checking it; on error nothing changes.
+    /// Every device's next forward site is site 0.
+    ///
+    /// # Errors
+    /// [`Fp8Error::InvalidRecord`] as [`Fp8HistoryRecord::validate`] finds it.
+    pub fn load_record(&self, record: Fp8HistoryRecord) -> Result<(), Fp8Error> {
+        record.validate()?;
+        let mut lanes = BTreeMap::new();
+        for device in record.devices {
+            let sites = device
+                .sites
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| s.into_state(i as u32))
+                .collect();
+            lanes.insert(
+                (device.device_type, device.device_index),
+                LaneState { sites, next: 0 },
+            );
+        }
+        *self.lock() = lanes;
+        Ok(())
+    }
+}
+
+impl fmt::Display for Fp8History {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lanes = self.lock();
+        writeln!(
+            f,
+            "{:<44} {:<6} {:<6} {:>10} {:>5} {:>6} {:>10}  newest amaxes",
+            "site", "role", "format", "scale", "bias", "steps", "hist max"
+        )?;
+        for (lane, state) in lanes.iter() {
+            if lanes.len() > 1 {
+                writeln!(f, "device {}:{}", lane.0, lane.1)?;
+            }
+            for site in &state.sites {
+                for (role, r) in &site.roles {
+                    let max = r.history.iter().copied().filter(|a| a.is_finite());
+                    let max = max.fold(0.0f32, f32::max);
+                    let newest: Vec<String> = r
+                        .history
+                        .iter()
+                        .rev()
+                        .take(4)
+                        .map(|a| format!("{a:.3e}"))
+                        .collect();
+                    writeln!(
+                        f,
+                        "{:<44} {:<6} {:<6} {:>10.4e} {:>5} {:>6} {:>10.3e}  {}{}",
+                        format!("#{} {}", site.site, site.label),
+                        role.name(),
+                        format_name(r.format),
+                        r.scale,
+                        r.format.bias(),
+                        r.steps,
+                        max,
+                        newest.join(" "),
+                        if r.history.len() > 4 {
+                            format!(" ... ({} in all)", r.history.len())
+                        } else {
+                            String::new()
+                        },
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn format_name(format: Fp8Format) -> &'static str {
+    match format.layout() {
+        Fp8Layout::E4M3 => "e4m3",
+        Fp8Layout::E5M2 => "e5m2",
+    }
+}
+
+/// The largest history a record may hold (a guard against a corrupted length).
+const MAX_RECORD_HISTORY: usize = 1 << 20;
+
+/// [`Fp8History`]'s serialized form (inside
+/// [`LossScaleOptimizerRecord`](crate::LossScaleOptimizerRecord)).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Fp8HistoryRecord {
+    /// One entry per device that ran stateful FP8 sites.
+    pub devices: Vec<LaneRecord>,
+}
+
+/// One device's sites in a record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LaneRecord {
+    /// The device's `DeviceId::type_id`.
+    pub device_type: u16,
+    /// The device's `DeviceId::index_id`.
+    pub device_index: u16,
+    /// Its sites, in call order.
+    pub sites: Vec<SiteRecord>,
+}
+
+/// One site in a record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SiteRecord {
+    /// The site's label.
+    pub label: String,
+    /// Its roles.
+    pub roles: Vec<RoleRecord>,
+}
+
+/// One role of a site in a record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RoleRecord {
+    /// 0 input, 1 weight, 2 gradient.
+    pub role: u8,
+    /// The amax history, oldest first.
+    pub history: Vec<f32>,
+    /// The scale last used.
+    pub scale: f32,
+    /// 0 E4M3, 1 E5M2.
+    pub layout: u8,
+    /// The exponent bias of the format last used.
+    pub format_bias: i32,
+    /// The exponent biases in force for E4M3 and E5M2 (exponent-bias scaling).
+    pub bias: [Option<i32>; 2],
+    /// Quantizations so far.
+    pub steps: u64,
+    /// Of those, how many used E4M3 and E5M2.
+    pub chosen: [u64; 2],
+}
+
+impl From<&SiteState> for SiteRecord {
+    fn from(site: &SiteState) -> Self {
+        Self {
+            label: site.label.clone(),
+            roles: site
+                .roles
+                .iter()
+                .map(|(role, r)| RoleRecord {
+                    role: role.index(),
+                    history: r.history.iter().copied().collect(),
+                    scale: r.scale,
+                    layout: u8::from(r.format.layout() == Fp8Layout::E5M2),
+                    format_bias: r.format.bias(),
+                    bias: r.bias,
+                    steps: r.steps,
+                    chosen: r.chosen,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl SiteRecord {
+    fn into_state(self, site: u32) -> SiteState {
+        let roles = self
+            .roles
+            .into_iter()
+            .filter_map(|r| {
+                let role = Fp8Role::from_index(r.role)?;
+                let layout = if r.layout == 0 {
+                    Fp8Layout::E4M3
+                } else {
+                    Fp8Layout::E5M2
+                };
+                let format = Fp8Format::new(layout, r.format_bias).ok()?;
+                Some((
+                    role,
+                    RoleState {
+                        history: r.history.into(),
+                        scale: r.scale,
+                        format,
+                        bias: r.bias,
+                        steps: r.steps,
+                        chosen: r.chosen,
+                    },
+                ))
+            })
+            .collect();
+        SiteState {
+            site,
+            label: self.label,
+            roles,
+        }
+    }
+}
+
+impl Fp8HistoryRecord {
+    /// Checks every number a resumed run would use.
+    ///
+    /// ```
+    /// use burn_amp::fp8::{Fp8HistoryRecord, LaneRecord, RoleRecord, SiteRecord};
+    ///
+    /// let role = RoleRecord {
+    ///     role: 0,
+    ///     history: vec![3.5, 7.0],
+    ///     scale: 64.0,
+    ///     layout: 0,
+    ///     format_bias: 7,
+    ///     bias: [None, None],
+    ///     steps: 2,
+    ///     chosen: [2, 0],
+    /// };
+    /// let record = |role: RoleRecord| Fp8HistoryRecord {
+    ///     devices: vec![LaneRecord {
+    ///         device_type: 0,
+    ///         device_index: 0,
+    ///         sites: vec![SiteRecord { label: "linear".into(), roles: vec![role] }],
+    ///     }],
+    /// };
+    /// assert!(record(role.clone()).validate().is_ok());
+    /// assert!(record(RoleRecord { scale: f32::NAN, ..role.clone() }).validate().is_err());
+    /// assert!(record(RoleRecord { history: vec![-1.0], ..role.clone() }).validate().is_err());
+    /// assert!(record(RoleRecord { role: 7, ..role.clone() }).validate().is_err());
+    /// assert!(record(RoleRecord { bias: [Some(99), None], ..role }).validate().is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// [`Fp8Error::InvalidRecord`] naming the first bad field: a role number, layout or
+    /// bias out of range, a scale that is not a valid FP8 scale, a negative amax, a
+    /// history longer than 2^20, or choice counts that exceed the steps.
+    pub fn validate(&self) -> Result<(), Fp8Error> {
+        let bad = |what: String| Err(Fp8Error::InvalidRecord(what));
+        for device in &self.devices {
+            for (i, site) in device.sites.iter().enumerate() {
+                let at = |field: &str| {
+                    format!(
+                        "device {}:{} site {i} {field}",
+                        device.device_type, device.device_index
+                    )
+                };
+                for r in &site.roles {
+                    if Fp8Role::from_index(r.role).is_none() {
+                        return bad(format!("{} = {}: must be 0, 1 or 2", at("role"), r.role));
+                    }
+                    if r.layout > 1 {
+                        return bad(format!(
+                            "{} = {}: must be 0 (E4M3) or 1 (E5M2)",
+                            at("layout"),
+                            r.layout
+                        ));
+                    }
+                    let bias_ok = |b: i32| (Fp8Format::MIN_BIAS..=Fp8Format::MAX_BIAS).contains(&b);
+                    if !bias_ok(r.format_bias) || r.bias.iter().flatten().any(|b| !bias_ok(*b)) {
+                        return bad(format!("{}: a bias outside 0..=63", at("bias")));
+                    }
+                    if !is_valid_scale(r.scale) {
+                        return bad(format!(
+                            "{} = {}: must be finite, in [2^-126, 2^126]",
+                            at("scale"),
+                            r.scale
+                        ));
+                    }
+                    if r.history.len() > MAX_RECORD_HISTORY {
+                        return bad(format!(
+                            "{}: {} amaxes, more than 2^20",
+                            at("history"),
+                            r.history.len()
+                        ));
+                    }
+                    if let Some(a) = r.history.iter().find(|a| **a < 0.0) {
+                        return bad(format!("{}: amax {a} is negative", at("history")));
+                    }
+                    if r.chosen[0].saturating_add(r.chosen[1]) > r.steps {
+                        return bad(format!(
+                            "{}: more format choices than steps ({})",
+                            at("chosen"),
+                            r.steps
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<B: Backend> Record<B> for Fp8History {
+    type Item<S: PrecisionSettings> = Fp8HistoryRecord;
+
+    fn into_item<S: PrecisionSettings>(self) -> Self::Item<S> {
+        self.to_record()
+    }
+
+    /// Loads without checking: use [`Fp8History::load_record`] for a checked load.
+    fn from_item<S: PrecisionSettings>(item: Self::Item<S>, _device: &B::Device) -> Self {
+        let history = Self::default();
+        if let Err(err) = history.load_record(item) {
+            panic!("{err}");
+        }
+        history
+    }
+}
