@@ -32,7 +32,8 @@ pub(crate) fn lane_of<D: DeviceOps>(device: &D) -> Lane {
 /// What one role of one site remembers.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RoleState {
-    /// The amaxes of the steps so far (oldest first), at most the recipe's `history` of them.
+    /// The amaxes of the steps so far (oldest first): at most the delayed recipe's `history`
+    /// of them; under exponent-bias scaling the last 16, for the report.
     pub history: VecDeque<f32>,
     /// The scale the last quantization used (1 under exponent-bias scaling).
     pub scale: f32,
