@@ -42,8 +42,9 @@ pub(crate) struct Plan {
 
 impl Plan {
     /// Whether the tensor goes the plain way: current scaling, the role's hybrid format.
+    /// (A site opens a slot only under a stateful scaling.)
     fn is_plain(&self) -> bool {
-        self.formats == Fp8Formats::Hybrid && (self.slot.is_none() || !self.scaling.is_stateful())
+        self.formats == Fp8Formats::Hybrid && self.slot.is_none()
     }
 }
 
@@ -122,23 +123,15 @@ fn amax<I: Fp8Backend>(flat: &FloatTensor<I>) -> f32 {
 
 const LAYOUTS: [Fp8Layout; 2] = [Fp8Layout::E4M3, Fp8Layout::E5M2];
 
-fn standard(layout: Fp8Layout) -> Fp8Format {
-    match layout {
-        Fp8Layout::E4M3 => Fp8Format::E4M3,
-        Fp8Layout::E5M2 => Fp8Format::E5M2,
-    }
-}
-
 /// Decides format and scale for a tensor under a stateful scaling or `format=auto`, and
 /// moves the state of its slot: each format's candidate (its scale from the history, its
 /// bias, or current scaling), the format (the role's, or `format=auto`'s choice from the
 /// values each candidate would lose), then the history and choice recorded.
 fn decide<I: Fp8Backend>(flat: &FloatTensor<I>, plan: &Plan) -> Decision {
     let amax = amax::<I>(flat);
-    let stateful = plan.scaling.is_stateful();
-    let slot = plan.slot.as_ref().filter(|_| stateful);
+    let slot = plan.slot.as_ref();
     // Each format's (format with its bias, per-tensor scale or None for current scaling).
-    let mut formats = LAYOUTS.map(standard);
+    let mut formats = numerics::FORMATS;
     let mut scales: [Option<BlockScale>; 2] = [None; 2];
     if let Some(slot) = slot {
         slot.history.with_role(slot, plan.role, |state| {
