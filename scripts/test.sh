@@ -28,5 +28,7 @@ if [ -z "${XDG_RUNTIME_DIR:-}" ]; then
     mkdir -p "$XDG_RUNTIME_DIR"
 fi
 
-cargo test --workspace --all-targets --features slow-tests,ndarray "$@"
-cargo test --workspace --doc
+features="slow-tests,ndarray"
+cargo test --workspace --all-targets --features "$features" "$@"
+# The same features as above, so the doc tests reuse that build instead of another one.
+cargo test --workspace --doc --features "$features"
