@@ -25,6 +25,8 @@
 //! - [`LossScaleOptimizer`]: loss scaling for `mixed_float16`, around any Burn optimizer.
 //! - [`fp8`]: FP8 (E4M3, E5M2) tensors with per-tensor, per-block and MX scaling.
 //! - [`accum`]: blocked (chunk-based) accumulation and the block-scaled FP8 matmul.
+//! - [`probe_backend`]: whether a backend starts here ([`BackendUnavailable`] names what is
+//!   missing: the NVIDIA driver, NVRTC, the CUDA headers, a Vulkan driver).
 #![warn(missing_docs)]
 
 pub mod accum;
@@ -34,6 +36,7 @@ pub mod fp8;
 mod kernels;
 pub mod loss_scale;
 pub mod policy;
+mod probe;
 
 pub use backend::{MixedPrecision, ScaledGradients, cast_to_output};
 pub use context::{global_policy, set_global_policy, with_policy};
@@ -43,3 +46,4 @@ pub use loss_scale::{
 #[cfg(feature = "train")]
 pub use loss_scale::{LossScaleMetric, SkippedStepsMetric};
 pub use policy::{IntoPolicy, Policy, PolicyError};
+pub use probe::{BackendUnavailable, probe_backend};

@@ -12,6 +12,8 @@
 #[path = "../bench/alloc.rs"]
 mod alloc;
 mod checkpoint;
+#[path = "../common/cli.rs"]
+mod cli;
 mod compare;
 mod config;
 mod custom_loop;
@@ -24,9 +26,9 @@ mod run;
 
 use std::path::PathBuf;
 
-use burn::backend::{Autodiff, Flex, NdArray, Wgpu};
 use burn::tensor::backend::AutodiffBackend;
 
+use cli::{BackendKind, Job, number};
 use config::TrainConfig;
 use run::{Mode, Options, Summary};
 
@@ -59,26 +61,12 @@ usage: gpt [--policy NAME | --compare] [--backend flex|wgpu|cuda|ndarray] [--pre
   --plot              where --compare draws (default target/gpt/compare.png)
   --sample-len        bytes of text generated at the end (default 300)";
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum BackendKind {
-    Flex,
-    Wgpu,
-    Cuda,
-    NdArray,
-}
-
 struct Cli {
     options: Options,
     backend: BackendKind,
     compare: bool,
     plot: PathBuf,
     checkpoint_dir: Option<PathBuf>,
-}
-
-fn number<T: std::str::FromStr>(flag: &str, value: String) -> Result<T, String> {
-    value
-        .parse()
-        .map_err(|_| format!("{flag}: {value:?} is not a valid number"))
 }
 
 fn parse(args: impl Iterator<Item = String>) -> Result<Cli, String> {
@@ -97,19 +85,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Cli, String> {
                 options.policy = value("--policy")?.parse().map_err(|e| format!("{e}"))?
             }
             "--compare" => compare = true,
-            "--backend" => {
-                backend = match value("--backend")?.as_str() {
-                    "flex" => BackendKind::Flex,
-                    "wgpu" => BackendKind::Wgpu,
-                    "cuda" => BackendKind::Cuda,
-                    "ndarray" => BackendKind::NdArray,
-                    other => {
-                        return Err(format!(
-                            "--backend: unknown backend {other:?}; use flex, wgpu, cuda or ndarray"
-                        ));
-                    }
-                }
-            }
+            "--backend" => backend = value("--backend")?.parse()?,
             "--preset" => preset = value("--preset")?,
             "--steps" | "--batch-size" | "--lr" | "--eval-every" => {
                 cli_train.push((flag.clone(), value(&flag)?))
@@ -166,10 +142,15 @@ fn checkpoint_dir(cli: &Cli, options: &Options) -> PathBuf {
     })
 }
 
-fn train<B: AutodiffBackend>(cli: &Cli) -> Result<(), String>
-where
-    B::Device: Default,
-{
+impl Job for Cli {
+    type Output = ();
+
+    fn run<B: AutodiffBackend>(&self) -> Result<(), String> {
+        train::<B>(self)
+    }
+}
+
+fn train<B: AutodiffBackend>(cli: &Cli) -> Result<(), String> {
     if !cli.compare {
         let mut options = cli.options.clone();
         options.checkpoint_dir = checkpoint_dir(cli, &options);
@@ -221,35 +202,6 @@ where
 }
 
 fn main() {
-    let cli = match parse(std::env::args().skip(1)) {
-        Ok(cli) => cli,
-        Err(message) if message.is_empty() => {
-            println!("{USAGE}");
-            return;
-        }
-        Err(message) => {
-            eprintln!("error: {message}\n\n{USAGE}");
-            std::process::exit(2);
-        }
-    };
-    let result = match cli.backend {
-        BackendKind::Flex => train::<Autodiff<Flex>>(&cli),
-        BackendKind::Wgpu => train::<Autodiff<Wgpu>>(&cli),
-        BackendKind::NdArray => train::<Autodiff<NdArray>>(&cli),
-        BackendKind::Cuda => train_cuda(&cli),
-    };
-    if let Err(message) = result {
-        eprintln!("error: {message}");
-        std::process::exit(2);
-    }
-}
-
-#[cfg(feature = "cuda")]
-fn train_cuda(cli: &Cli) -> Result<(), String> {
-    train::<Autodiff<burn::backend::Cuda>>(cli)
-}
-
-#[cfg(not(feature = "cuda"))]
-fn train_cuda(_: &Cli) -> Result<(), String> {
-    Err("this build has no CUDA backend: rebuild with `--features cuda`".into())
+    let cli = cli::parsed_or_exit(parse(std::env::args().skip(1)), USAGE);
+    cli::succeeded_or_exit(cli.backend.run(&cli));
 }

@@ -21,7 +21,6 @@ mod kernels;
 mod matmul;
 #[path = "../bench/models.rs"]
 mod models;
-mod probe;
 #[path = "../bench/report.rs"]
 #[allow(dead_code)]
 mod report;
@@ -181,7 +180,7 @@ fn main() {
     #[cfg(feature = "cuda")]
     {
         use burn::backend::Cuda;
-        match probe::start::<Cuda>("CUDA") {
+        match burn_amp::probe_backend::<Cuda>(&Default::default()) {
             Ok(()) => {
                 let name = format!("CUDA ({})", <Cuda as Backend>::name(&Default::default()));
                 all.push(check::<Cuda>(&name, &sizes));
@@ -194,7 +193,7 @@ fn main() {
                     );
                 }
             }
-            Err(why) => unavailable.push(why),
+            Err(why) => unavailable.push(format!("CUDA: {why}")),
         }
     }
     let wgpu = if options.quick {
@@ -202,7 +201,7 @@ fn main() {
     } else {
         "wgpu (Vulkan)"
     };
-    match probe::start::<Wgpu>("wgpu") {
+    match burn_amp::probe_backend::<Wgpu>(&Default::default()) {
         Ok(()) => {
             all.push(check::<Wgpu>(wgpu, &sizes));
             if !options.checks_only {
@@ -211,7 +210,7 @@ fn main() {
                 speed::<Wgpu, cubecl::wgpu::WgpuRuntime>(wgpu, &sizes, &policies, &mut rows);
             }
         }
-        Err(why) => unavailable.push(why),
+        Err(why) => unavailable.push(format!("wgpu: {why}")),
     }
     if options.quick && !options.checks_only {
         speed_on_flex(&sizes, &fp8_policies, &mut rows);

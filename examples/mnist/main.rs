@@ -10,6 +10,8 @@
 //!
 //! The last line printed is `test_accuracy=<value>`.
 
+#[path = "../common/cli.rs"]
+mod cli;
 mod custom_loop;
 mod data;
 mod learner;
@@ -20,8 +22,9 @@ mod run;
 
 use std::path::PathBuf;
 
-use burn::backend::{Autodiff, Flex, NdArray, Wgpu};
+use burn::tensor::backend::AutodiffBackend;
 
+use cli::{BackendKind, Job, number};
 use run::{Mode, Options};
 
 const USAGE: &str = "\
@@ -42,20 +45,6 @@ usage: mnist [--policy NAME] [--backend flex|wgpu|cuda|ndarray] [--epochs N]
                 (amax, underflow and saturation per matmul site) and draw its histogram
   --numerics-png  where the histogram goes (default target/mnist-fp8-numerics.png)";
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum BackendKind {
-    Flex,
-    Wgpu,
-    Cuda,
-    NdArray,
-}
-
-fn number<T: std::str::FromStr>(flag: &str, value: String) -> Result<T, String> {
-    value
-        .parse()
-        .map_err(|_| format!("{flag}: {value:?} is not a valid number"))
-}
-
 fn parse(args: impl Iterator<Item = String>) -> Result<(Options, BackendKind), String> {
     let mut options = Options::default();
     let mut backend = BackendKind::Flex;
@@ -66,19 +55,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<(Options, BackendKind), S
             "--policy" => {
                 options.policy = value("--policy")?.parse().map_err(|e| format!("{e}"))?
             }
-            "--backend" => {
-                backend = match value("--backend")?.as_str() {
-                    "flex" => BackendKind::Flex,
-                    "wgpu" => BackendKind::Wgpu,
-                    "cuda" => BackendKind::Cuda,
-                    "ndarray" => BackendKind::NdArray,
-                    other => {
-                        return Err(format!(
-                            "--backend: unknown backend {other:?}; use flex, wgpu, cuda or ndarray"
-                        ));
-                    }
-                }
-            }
+            "--backend" => backend = value("--backend")?.parse()?,
             "--epochs" => options.epochs = number("--epochs", value("--epochs")?)?,
             "--batch-size" => options.batch_size = number("--batch-size", value("--batch-size")?)?,
             "--lr" => options.lr = number("--lr", value("--lr")?)?,
@@ -111,39 +88,16 @@ fn default_numerics_png() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mnist-fp8-numerics.png")
 }
 
-fn main() {
-    let (options, backend) = match parse(std::env::args().skip(1)) {
-        Ok(parsed) => parsed,
-        Err(message) if message.is_empty() => {
-            println!("{USAGE}");
-            return;
-        }
-        Err(message) => {
-            eprintln!("error: {message}\n\n{USAGE}");
-            std::process::exit(2);
-        }
-    };
-    let result = match backend {
-        BackendKind::Flex => run::run::<Autodiff<Flex>>(Default::default(), &options),
-        BackendKind::Wgpu => run::run::<Autodiff<Wgpu>>(Default::default(), &options),
-        BackendKind::NdArray => run::run::<Autodiff<NdArray>>(Default::default(), &options),
-        BackendKind::Cuda => run_cuda(&options),
-    };
-    match result {
-        Ok(accuracy) => println!("test_accuracy={accuracy:.4}"),
-        Err(message) => {
-            eprintln!("error: {message}");
-            std::process::exit(2);
-        }
+impl Job for Options {
+    type Output = f64;
+
+    fn run<B: AutodiffBackend>(&self) -> Result<f64, String> {
+        run::run::<B>(Default::default(), self)
     }
 }
 
-#[cfg(feature = "cuda")]
-fn run_cuda(options: &Options) -> Result<f64, String> {
-    run::run::<Autodiff<burn::backend::Cuda>>(Default::default(), options)
-}
-
-#[cfg(not(feature = "cuda"))]
-fn run_cuda(_: &Options) -> Result<f64, String> {
-    Err("this build has no CUDA backend: rebuild with `--features cuda`".into())
+fn main() {
+    let (options, backend) = cli::parsed_or_exit(parse(std::env::args().skip(1)), USAGE);
+    let accuracy = cli::succeeded_or_exit(backend.run(&options));
+    println!("test_accuracy={accuracy:.4}");
 }
