@@ -88,6 +88,15 @@ struct Fp8Keys {
     grads: Option<GradientCompression>,
 }
 
+/// Stores `value` in `slot`; `twice()` when the slot already held one (a key given twice,
+/// perhaps under another of its names).
+fn set_once<T, E>(slot: &mut Option<T>, value: T, twice: impl FnOnce() -> E) -> Result<(), E> {
+    match slot.replace(value) {
+        None => Ok(()),
+        Some(_) => Err(twice()),
+    }
+}
+
 fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
     let invalid = |reason: String| PolicyError::InvalidSpec {
         spec: spec.to_string(),
@@ -117,9 +126,7 @@ fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
                         ))
                     })?),
                 };
-                keys.scaling
-                    .replace(scaling)
-                    .map_or(Ok(()), |_| Err(twice()))?;
+                set_once(&mut keys.scaling, scaling, twice)?;
             }
             "history" | "amax_history_len" | "amax_history_length" => {
                 let n = number()?;
@@ -128,7 +135,7 @@ fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
                         "history=0: an amax history holds at least 1 step".into(),
                     ));
                 }
-                keys.history.replace(n).map_or(Ok(()), |_| Err(twice()))?;
+                set_once(&mut keys.history, n, twice)?;
             }
             "margin" => {
                 let n = number()?;
@@ -137,7 +144,7 @@ fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
                         "margin={n}: at most 64 binades of headroom"
                     )));
                 }
-                keys.margin.replace(n).map_or(Ok(()), |_| Err(twice()))?;
+                set_once(&mut keys.margin, n, twice)?;
             }
             "amax" | "amax_compute_algo" => {
                 let amax = match value {
@@ -149,11 +156,11 @@ fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
                         )));
                     }
                 };
-                keys.amax.replace(amax).map_or(Ok(()), |_| Err(twice()))?;
+                set_once(&mut keys.amax, amax, twice)?;
             }
             "drift" => {
                 let n = number()?;
-                keys.drift.replace(n).map_or(Ok(()), |_| Err(twice()))?;
+                set_once(&mut keys.drift, n, twice)?;
             }
             "format" | "fp8_format" => {
                 let formats = match value {
@@ -165,9 +172,7 @@ fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
                         )));
                     }
                 };
-                keys.formats
-                    .replace(formats)
-                    .map_or(Ok(()), |_| Err(twice()))?;
+                set_once(&mut keys.formats, formats, twice)?;
             }
             "grads" => {
                 let grads = GradientCompression::from_name(value).ok_or_else(|| {
@@ -175,7 +180,7 @@ fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
                         "unknown gradient compression {value:?}; use aps, aps_shp or none"
                     ))
                 })?;
-                keys.grads.replace(grads).map_or(Ok(()), |_| Err(twice()))?;
+                set_once(&mut keys.grads, grads, twice)?;
             }
             _ => {
                 let slot = match key {
@@ -191,9 +196,7 @@ fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
                 };
                 let dtype = parse_dtype(value)
                     .ok_or_else(|| invalid(format!("unknown dtype {value:?} for key {key:?}")))?;
-                if fields[slot].replace(dtype).is_some() {
-                    return Err(twice());
-                }
+                set_once(&mut fields[slot], dtype, twice)?;
             }
         }
     }
