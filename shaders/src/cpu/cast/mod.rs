@@ -1,0 +1,253 @@
+//! Conversions between f32, bf16 and f16 slices, bit for bit those of the `half` crate
+//! (round to nearest even; NaN stays NaN with its quiet bit set and its sign and top payload
+//! bits kept; infinities and subnormals exact where the target has them).
+//!
+//! The portable path calls `half` element by element and is the reference; on x86 with
+//! AVX2 and F16C the conversions run 16 lanes a loop (bf16 by integer rounding, since
+//! `vcvtneps2bf16` flushes subnormals, f16 by F16C). Large slices are split over rayon's
+//! threads. The conversions are memory-bound: AVX2 already reaches a copy's bandwidth on
+//! the CPUs measured (BENCHMARKS.md), so there is no AVX-512 variant.
+//!
+//! ```
+//! use burn_amp_kernels::cpu::{Isa, cast};
+//! use half::bf16;
+//!
+//! let src = [1.0f32, 1.00390625, f32::INFINITY, -0.0];
+//! let mut dst = [bf16::ZERO; 4];
+//! cast::convert(Isa::detect(), &src, &mut dst)?;
+//! assert_eq!(dst, src.map(bf16::from_f32));
+//! # Ok::<(), cast::CastError>(())
+//! ```
+
+mod portable;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86;
+
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+use super::Isa;
+
+/// The float formats the CPU kernels read and write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// IEEE binary32.
+    F32,
+    /// bfloat16: f32's exponent, 8 significant bits.
+    Bf16,
+    /// IEEE binary16.
+    F16,
+}
+
+impl Format {
+    /// Bytes per value.
+    pub fn size(self) -> usize {
+        match self {
+            Format::F32 => 4,
+            Format::Bf16 | Format::F16 => 2,
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::bf16 {}
+    impl Sealed for half::f16 {}
+}
+
+/// An element type of the CPU kernels: `f32`, `half::bf16` or `half::f16`.
+pub trait CpuFloat: Copy + Default + Send + Sync + PartialEq + sealed::Sealed + 'static {
+    /// Its format.
+    const FORMAT: Format;
+    /// `half`'s widening to f32 (exact).
+    fn to_f32(self) -> f32;
+    /// `half`'s rounding from f32 (to nearest even).
+    fn from_f32(value: f32) -> Self;
+}
+
+impl CpuFloat for f32 {
+    const FORMAT: Format = Format::F32;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f32(value: f32) -> Self {
+        value
+    }
+}
+
+impl CpuFloat for bf16 {
+    const FORMAT: Format = Format::Bf16;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(value: f32) -> Self {
+        bf16::from_f32(value)
+    }
+}
+
+impl CpuFloat for f16 {
+    const FORMAT: Format = Format::F16;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(value: f32) -> Self {
+        f16::from_f32(value)
+    }
+}
+
+/// Why a conversion was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CastError {
+    /// Source and destination differ in length.
+    #[error("cannot convert {src} values into a slice of {dst}")]
+    LengthMismatch {
+        /// Values in the source.
+        src: usize,
+        /// Room in the destination.
+        dst: usize,
+    },
+}
+
+/// Values per task when a conversion is split over threads: large enough that a task
+/// outlasts its scheduling (about 50 µs of copying), small enough to balance two cores.
+const CHUNK: usize = 1 << 16;
+
+/// Converts `src` into `dst` (same length), as `half` converts each value, with `isa`'s
+/// fast path, on rayon's threads for long slices.
+///
+/// # Errors
+/// [`CastError::LengthMismatch`] when the lengths differ; `dst` is then untouched.
+pub fn convert<S: CpuFloat, D: CpuFloat>(
+    isa: Isa,
+    src: &[S],
+    dst: &mut [D],
+) -> Result<(), CastError> {
+    if src.len() != dst.len() {
+        return Err(CastError::LengthMismatch {
+            src: src.len(),
+            dst: dst.len(),
+        });
+    }
+    if src.len() <= CHUNK {
+        convert_serial(isa, src, dst);
+    } else {
+        src.par_chunks(CHUNK)
+            .zip(dst.par_chunks_mut(CHUNK))
+            .for_each(|(s, d)| convert_serial(isa, s, d));
+    }
+    Ok(())
+}
+
+/// Converts `src` into a new vector (see [`convert`]).
+pub fn to_vec<S: CpuFloat, D: CpuFloat>(isa: Isa, src: &[S]) -> Vec<D> {
+    let mut dst = zeroed(src.len());
+    convert(isa, src, &mut dst).expect("lengths are equal");
+    dst
+}
+
+/// `len` zeros, from zeroed memory: no pass writes them (for a large vector the pages come
+/// from the OS already zero, and are touched first by whatever fills them, on its threads).
+pub fn zeroed<T: CpuFloat>(len: usize) -> Vec<T> {
+    match T::FORMAT {
+        Format::F32 => retype(vec![0u32; len]),
+        Format::Bf16 | Format::F16 => retype(vec![0u16; len]),
+    }
+}
+
+/// A vector of raw bits as the float type of the same size (`u32` as f32, `u16` as bf16 or
+/// f16): the same allocation, no copy.
+fn retype<U: bytemuck::Pod, T: CpuFloat>(v: Vec<U>) -> Vec<T> {
+    assert_eq!(
+        (size_of::<U>(), align_of::<U>()),
+        (size_of::<T>(), align_of::<T>())
+    );
+    let mut v = core::mem::ManuallyDrop::new(v);
+    // SAFETY: same size and alignment (asserted), so the allocation's layout is T's; every
+    // bit pattern is a valid f32, bf16 or f16.
+    unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<T>(), v.len(), v.capacity()) }
+}
+
+/// A slice of one of the kernel types as its raw bits (`u32` for f32, `u16` for the others).
+fn bits<T: CpuFloat, U>(values: &[T]) -> &[U] {
+    debug_assert_eq!(size_of::<T>(), size_of::<U>());
+    // SAFETY: T is f32, bf16 or f16, plain old data of U's size and alignment (u32 or u16).
+    unsafe { core::slice::from_raw_parts(values.as_ptr().cast(), values.len()) }
+}
+
+fn bits_mut<T: CpuFloat, U>(values: &mut [T]) -> &mut [U] {
+    debug_assert_eq!(size_of::<T>(), size_of::<U>());
+    // SAFETY: as in `bits`; every bit pattern is a valid T.
+    unsafe { core::slice::from_raw_parts_mut(values.as_mut_ptr().cast(), values.len()) }
+}
+
+/// One thread's share: the fast path for the pair of formats, else the reference.
+fn convert_serial<S: CpuFloat, D: CpuFloat>(isa: Isa, src: &[S], dst: &mut [D]) {
+    use Format::*;
+    match (S::FORMAT, D::FORMAT) {
+        (F32, F32) | (Bf16, Bf16) | (F16, F16) => {
+            // SAFETY: same type, same length.
+            let src: &[D] = unsafe { core::slice::from_raw_parts(src.as_ptr().cast(), src.len()) };
+            dst.copy_from_slice(src);
+        }
+        (F32, Bf16) => f32_to_bf16(isa, bits(src), bits_mut(dst)),
+        (Bf16, F32) => bf16_to_f32(isa, bits(src), bits_mut(dst)),
+        (F32, F16) => f32_to_f16(isa, bits(src), bits_mut(dst)),
+        (F16, F32) => f16_to_f32(isa, bits(src), bits_mut(dst)),
+        // bf16 <-> f16: through f32 (exact), a stack buffer at a time.
+        _ => {
+            let mut wide = [0f32; 512];
+            for (s, d) in src.chunks(wide.len()).zip(dst.chunks_mut(wide.len())) {
+                let wide = &mut wide[..s.len()];
+                convert_serial(isa, s, wide);
+                convert_serial(isa, &*wide, d);
+            }
+        }
+    }
+}
+
+fn f32_to_bf16(isa: Isa, src: &[u32], dst: &mut [u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx2() {
+        // SAFETY: the Isa value proves AVX2.
+        return unsafe { x86::f32_to_bf16(src, dst) };
+    }
+    let _ = isa;
+    portable::f32_to_bf16(src, dst)
+}
+
+fn bf16_to_f32(isa: Isa, src: &[u16], dst: &mut [u32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx2() {
+        // SAFETY: the Isa value proves AVX2.
+        return unsafe { x86::bf16_to_f32(src, dst) };
+    }
+    let _ = isa;
+    portable::bf16_to_f32(src, dst)
+}
+
+fn f32_to_f16(isa: Isa, src: &[u32], dst: &mut [u16]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx2() {
+        // SAFETY: the Isa value proves AVX2 and F16C.
+        return unsafe { x86::f32_to_f16(src, dst) };
+    }
+    let _ = isa;
+    portable::f32_to_f16(src, dst)
+}
+
+fn f16_to_f32(isa: Isa, src: &[u16], dst: &mut [u32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.has_avx2() {
+        // SAFETY: the Isa value proves AVX2 and F16C.
+        return unsafe { x86::f16_to_f32(src, dst) };
+    }
+    let _ = isa;
+    portable::f16_to_f32(src, dst)
+}

@@ -1,0 +1,128 @@
+//! x86-64 fast paths (AVX2 and F16C), 8 lanes at a time. The lane helpers are shared with
+//! the GEMM's packing, which rounds operands with them.
+//!
+//! Each function is `unsafe` only for its target features: the caller holds an
+//! [`Isa`](crate::cpu::Isa) proving them. Tails shorter than a vector take the portable path.
+
+use core::arch::x86_64::*;
+
+use super::portable;
+
+/// bf16 bits (in the low half of each 32-bit lane) of 8 f32 lanes, rounded to nearest even
+/// as `half::bf16::from_f32` does: a NaN keeps its top bits and gets the quiet bit.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn bf16_bits(x: __m256i) -> __m256i {
+    let abs = _mm256_and_si256(x, _mm256_set1_epi32(0x7FFF_FFFF));
+    let nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F80_0000));
+    let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(x), _mm256_set1_epi32(1));
+    let bias = _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb);
+    let rounded = _mm256_srli_epi32::<16>(_mm256_add_epi32(x, bias));
+    let quiet = _mm256_or_si256(_mm256_srli_epi32::<16>(x), _mm256_set1_epi32(0x40));
+    _mm256_blendv_epi8(rounded, quiet, nan)
+}
+
+/// 8 f32 lanes from bf16 bits in the low half of each 32-bit lane, as
+/// `half::bf16::to_f32` widens them (a NaN gets the quiet bit).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn bf16_lanes_to_f32(bits: __m256i) -> __m256 {
+    let abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7FFF));
+    let nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F80));
+    let quiet = _mm256_and_si256(nan, _mm256_set1_epi32(0x40));
+    _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_or_si256(bits, quiet)))
+}
+
+/// 8 f32 lanes rounded to f16 (F16C, to nearest even) and widened again.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+pub(crate) fn round_to_f16(x: __m256) -> __m256 {
+    _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x))
+}
+
+/// 8 bf16 values from memory, widened to f32.
+///
+/// # Safety
+/// `src` must be valid for reading 8 `u16`.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn load_bf16(src: *const u16) -> __m256 {
+    // SAFETY: 16 readable bytes, by the caller's contract.
+    let half = unsafe { _mm_loadu_si128(src.cast()) };
+    bf16_lanes_to_f32(_mm256_cvtepu16_epi32(half))
+}
+
+/// 8 f16 values from memory, widened to f32.
+///
+/// # Safety
+/// `src` must be valid for reading 8 `u16`.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+pub(crate) unsafe fn load_f16(src: *const u16) -> __m256 {
+    // SAFETY: 16 readable bytes, by the caller's contract.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(src.cast()) })
+}
+
+/// # Safety
+/// AVX2.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn f32_to_bf16(src: &[u32], dst: &mut [u16]) {
+    let n = src.len() - src.len() % 16;
+    for i in (0..n).step_by(16) {
+        // SAFETY: i + 16 <= n <= len on both slices.
+        unsafe {
+            let a = bf16_bits(_mm256_loadu_si256(src.as_ptr().add(i).cast()));
+            let b = bf16_bits(_mm256_loadu_si256(src.as_ptr().add(i + 8).cast()));
+            // packus interleaves 128-bit lanes: a0-3 b0-3 a4-7 b4-7; put them back in order.
+            let packed = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(a, b));
+            _mm256_storeu_si256(dst.as_mut_ptr().add(i).cast(), packed);
+        }
+    }
+    portable::f32_to_bf16(&src[n..], &mut dst[n..]);
+}
+
+/// # Safety
+/// AVX2.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn bf16_to_f32(src: &[u16], dst: &mut [u32]) {
+    let n = src.len() - src.len() % 8;
+    for i in (0..n).step_by(8) {
+        // SAFETY: i + 8 <= n <= len on both slices.
+        unsafe {
+            let x = load_bf16(src.as_ptr().add(i));
+            _mm256_storeu_ps(dst.as_mut_ptr().add(i).cast(), x);
+        }
+    }
+    portable::bf16_to_f32(&src[n..], &mut dst[n..]);
+}
+
+/// # Safety
+/// AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn f32_to_f16(src: &[u32], dst: &mut [u16]) {
+    let n = src.len() - src.len() % 8;
+    for i in (0..n).step_by(8) {
+        // SAFETY: i + 8 <= n <= len on both slices.
+        unsafe {
+            let x = _mm256_loadu_ps(src.as_ptr().add(i).cast());
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
+            _mm_storeu_si128(dst.as_mut_ptr().add(i).cast(), h);
+        }
+    }
+    portable::f32_to_f16(&src[n..], &mut dst[n..]);
+}
+
+/// # Safety
+/// AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn f16_to_f32(src: &[u16], dst: &mut [u32]) {
+    let n = src.len() - src.len() % 8;
+    for i in (0..n).step_by(8) {
+        // SAFETY: i + 8 <= n <= len on both slices.
+        unsafe {
+            let x = load_f16(src.as_ptr().add(i));
+            _mm256_storeu_ps(dst.as_mut_ptr().add(i).cast(), x);
+        }
+    }
+    portable::f16_to_f32(&src[n..], &mut dst[n..]);
+}

@@ -1,0 +1,194 @@
+//! The microkernels: each multiplies a packed `MR x kc` panel of A by a packed `kc x NR`
+//! panel of B into an `MR x NR` tile of f32 C, written or added to. [`Kernel`] names one
+//! and carries the proof that the CPU runs it.
+
+mod portable;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use core::fmt;
+
+use crate::cpu::Isa;
+use crate::cpu::cast::Format;
+
+/// How a kernel wants its operands packed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Packing {
+    /// f32 values (rounded to the compute format), one k at a time.
+    F32,
+    /// bf16 pairs along k in one 32-bit word (low half: the even k), as `vdpbf16ps` reads.
+    Bf16Pairs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    PortableF32,
+    #[cfg(target_arch = "x86_64")]
+    Avx2F32,
+    PortablePairs,
+    /// The AVX-512 BF16 path's packing (AVX2) with the portable pair microkernel: what
+    /// tests run of that path on CPUs without AVX-512 BF16.
+    #[cfg(target_arch = "x86_64")]
+    Avx2PackedPairs,
+    #[cfg(target_arch = "x86_64")]
+    Avx512Pairs,
+}
+
+/// A GEMM microkernel with its compute format, runnable on this CPU.
+///
+/// ```
+/// use burn_amp_kernels::cpu::{Isa, cast::Format, gemm::Kernel};
+///
+/// let kernel = Kernel::select(Isa::detect(), Format::Bf16);
+/// println!("bf16 products run on the {kernel} kernel");
+/// assert!(Kernel::all(Isa::detect(), Format::Bf16).contains(&kernel));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kernel {
+    kind: Kind,
+    format: Format,
+    isa: Isa,
+}
+
+impl Kernel {
+    /// The fastest kernel `isa` runs for operands rounded to `format`.
+    pub fn select(isa: Isa, format: Format) -> Kernel {
+        *Self::all(isa, format)
+            .last()
+            .expect("the portable kernel always runs")
+    }
+
+    /// Every kernel `isa` runs for `format`, the portable reference first, the fastest last.
+    pub fn all(isa: Isa, format: Format) -> Vec<Kernel> {
+        let mut kinds = vec![Kind::PortableF32];
+        if format == Format::Bf16 {
+            kinds.push(Kind::PortablePairs);
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            if isa.has_avx2() {
+                if format == Format::Bf16 {
+                    kinds.push(Kind::Avx2PackedPairs);
+                }
+                kinds.push(Kind::Avx2F32);
+            }
+            if format == Format::Bf16 && isa.has_avx512_bf16() {
+                kinds.push(Kind::Avx512Pairs);
+            }
+        }
+        kinds
+            .into_iter()
+            .map(|kind| Kernel { kind, format, isa })
+            .collect()
+    }
+
+    /// The instruction set the packing and the output conversion may use.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// The format operands are rounded to before their products.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// The kernel's name: its instructions and tile.
+    pub fn name(&self) -> &'static str {
+        match self.kind {
+            Kind::PortableF32 => "portable f32 6x16",
+            #[cfg(target_arch = "x86_64")]
+            Kind::Avx2F32 => "avx2+fma f32 6x16",
+            Kind::PortablePairs => "portable bf16-pair 12x32",
+            #[cfg(target_arch = "x86_64")]
+            Kind::Avx2PackedPairs => "avx2-packed bf16-pair 12x32 (portable microkernel)",
+            #[cfg(target_arch = "x86_64")]
+            Kind::Avx512Pairs => "avx512_bf16 vdpbf16ps 12x32",
+        }
+    }
+
+    /// Whether the kernel runs on AVX2 (its packing may use AVX2 too).
+    pub(crate) fn avx2_packing(&self) -> bool {
+        match self.kind {
+            Kind::PortableF32 | Kind::PortablePairs => false,
+            #[cfg(target_arch = "x86_64")]
+            Kind::Avx2F32 | Kind::Avx2PackedPairs | Kind::Avx512Pairs => true,
+        }
+    }
+
+    pub(crate) fn packing(&self) -> Packing {
+        match self.kind {
+            Kind::PortablePairs => Packing::Bf16Pairs,
+            #[cfg(target_arch = "x86_64")]
+            Kind::Avx2PackedPairs | Kind::Avx512Pairs => Packing::Bf16Pairs,
+            _ => Packing::F32,
+        }
+    }
+
+    /// Rows of a tile.
+    pub(crate) fn mr(&self) -> usize {
+        match self.packing() {
+            Packing::F32 => 6,
+            Packing::Bf16Pairs => 12,
+        }
+    }
+
+    /// Columns of a tile.
+    pub(crate) fn nr(&self) -> usize {
+        match self.packing() {
+            Packing::F32 => 16,
+            Packing::Bf16Pairs => 32,
+        }
+    }
+
+    /// Packed words per k step of an A panel (`mr`) or a B panel (`nr`): one per value for
+    /// f32 packing, one per pair (two k) for bf16 pairs.
+    pub(crate) fn k_steps(&self, kc: usize) -> usize {
+        match self.packing() {
+            Packing::F32 => kc,
+            Packing::Bf16Pairs => kc.div_ceil(2),
+        }
+    }
+
+    /// `C[0..mr][0..nr] (=|+=) A_panel B_panel` over `kc` values of k.
+    ///
+    /// # Safety
+    /// `a` holds `k_steps(kc) * mr` packed words, `b` holds `k_steps(kc) * nr`, and `c` is
+    /// valid for `mr` rows of `nr` f32 at a row stride of `ldc`.
+    #[inline]
+    pub(crate) unsafe fn tile(
+        &self,
+        kc: usize,
+        a: *const u32,
+        b: *const u32,
+        c: *mut f32,
+        ldc: usize,
+        accumulate: bool,
+    ) {
+        let steps = self.k_steps(kc);
+        // SAFETY: forwarded contract; the x86 kinds exist only when the Isa proved them.
+        unsafe {
+            match self.kind {
+                Kind::PortableF32 => {
+                    portable::f32_tile::<6, 16>(steps, a.cast(), b.cast(), c, ldc, accumulate)
+                }
+                Kind::PortablePairs => {
+                    portable::pairs_tile::<12, 32>(steps, a, b, c, ldc, accumulate)
+                }
+                #[cfg(target_arch = "x86_64")]
+                Kind::Avx2PackedPairs => {
+                    portable::pairs_tile::<12, 32>(steps, a, b, c, ldc, accumulate)
+                }
+                #[cfg(target_arch = "x86_64")]
+                Kind::Avx2F32 => x86::avx2_6x16(steps, a.cast(), b.cast(), c, ldc, accumulate),
+                #[cfg(target_arch = "x86_64")]
+                Kind::Avx512Pairs => x86::avx512_bf16_12x32(steps, a, b, c, ldc, accumulate),
+            }
+        }
+    }
+}
+
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({:?} operands)", self.name(), self.format)
+    }
+}

@@ -1,0 +1,124 @@
+//! x86-64 microkernels: AVX2 + FMA on f32 packing, AVX-512 BF16 on bf16-pair packing.
+//! The accumulators live in registers for the whole panel (12 of 16 ymm, 24 of 32 zmm).
+
+use core::arch::x86_64::*;
+
+const MR2: usize = 6;
+const NR2: usize = 16;
+
+/// 6x16 f32 tile: per k, two 8-lane loads of B and six broadcasts of A, twelve FMAs.
+///
+/// # Safety
+/// AVX2 and FMA, and [`Kernel::tile`](super::Kernel::tile)'s contract.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn avx2_6x16(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    // The tile of C is read after the loop: fetch it now, so the adds do not wait on memory.
+    if accumulate {
+        for i in 0..MR2 {
+            // SAFETY: prefetches of the tile's rows (a prefetch never faults).
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc).cast());
+                _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc + NR2 - 1).cast());
+            }
+        }
+    }
+    let mut acc = [[_mm256_setzero_ps(); 2]; MR2];
+    let (mut a, mut b) = (a, b);
+    for _ in 0..kc {
+        // SAFETY: one k step of each packed panel.
+        unsafe {
+            let b0 = _mm256_loadu_ps(b);
+            let b1 = _mm256_loadu_ps(b.add(8));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*a.add(i));
+                row[0] = _mm256_fmadd_ps(av, b0, row[0]);
+                row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+            }
+            a = a.add(MR2);
+            b = b.add(NR2);
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        // SAFETY: row i of the tile holds NR2 f32.
+        unsafe {
+            let out = c.add(i * ldc);
+            for (h, v) in row.iter().enumerate() {
+                let p = out.add(8 * h);
+                let v = if accumulate {
+                    _mm256_add_ps(_mm256_loadu_ps(p), *v)
+                } else {
+                    *v
+                };
+                _mm256_storeu_ps(p, v);
+            }
+        }
+    }
+}
+
+const MR5: usize = 12;
+const NR5: usize = 32;
+
+/// 12x32 tile on bf16 pairs: per pair of k, two 16-lane loads of B (32 columns) and twelve
+/// broadcasts of an A pair, 24 `vdpbf16ps` (two products per lane each).
+///
+/// # Safety
+/// AVX-512F and AVX-512 BF16, and [`Kernel::tile`](super::Kernel::tile)'s contract
+/// (`steps` pairs).
+#[target_feature(enable = "avx512f,avx512bf16")]
+pub(super) unsafe fn avx512_bf16_12x32(
+    steps: usize,
+    a: *const u32,
+    b: *const u32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    if accumulate {
+        for i in 0..MR5 {
+            // SAFETY: prefetches of the tile's rows (a prefetch never faults).
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc).cast());
+                _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc + NR5 - 1).cast());
+            }
+        }
+    }
+    let mut acc = [[_mm512_setzero_ps(); 2]; MR5];
+    let (mut a, mut b) = (a, b);
+    for _ in 0..steps {
+        // SAFETY: one pair step of each packed panel; __m512i and __m512bh are both 64
+        // bytes of plain data.
+        unsafe {
+            let b0: __m512bh = core::mem::transmute(_mm512_loadu_si512(b.cast()));
+            let b1: __m512bh = core::mem::transmute(_mm512_loadu_si512(b.add(16).cast()));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let av: __m512bh = core::mem::transmute(_mm512_set1_epi32(*a.add(i) as i32));
+                row[0] = _mm512_dpbf16_ps(row[0], av, b0);
+                row[1] = _mm512_dpbf16_ps(row[1], av, b1);
+            }
+            a = a.add(MR5);
+            b = b.add(NR5);
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        // SAFETY: row i of the tile holds NR5 f32.
+        unsafe {
+            let out = c.add(i * ldc);
+            for (h, v) in row.iter().enumerate() {
+                let p = out.add(16 * h);
+                let v = if accumulate {
+                    _mm512_add_ps(_mm512_loadu_ps(p), *v)
+                } else {
+                    *v
+                };
+                _mm512_storeu_ps(p, v);
+            }
+        }
+    }
+}

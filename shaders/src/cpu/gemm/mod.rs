@@ -1,0 +1,290 @@
+//! `C = A B` over f32, bf16 and f16 operands, with the operands rounded to a compute
+//! [`Format`] while they are packed and the products accumulated in f32.
+//!
+//! This is the product a mixed-precision matmul needs on a CPU: an f32 weight is rounded to
+//! bf16 as it is packed, so its cast costs nothing beyond the packing any GEMM does; the
+//! result is written in the dtype asked for (bf16 activations, an f32 weight gradient).
+//! Operands may be transposed or strided (any row and column stride, negative included):
+//! the packing reads them in place.
+//!
+//! One blocking driver (`driver`: cache-sized panels, rayon threads over column or row
+//! blocks of C) packs A and B into the layout of the [`Kernel`] chosen for the CPU:
+//!
+//! - **AVX-512 BF16** (`vdpbf16ps`, 12x32 tiles): operands packed as bf16 pairs along k, two
+//!   products per f32 lane and instruction. The instruction treats bf16 subnormal inputs as
+//!   zero and flushes subnormal results, as every bf16 dot-product unit does.
+//! - **AVX2 + FMA** (6x16 tiles): operands rounded to the compute format and widened to
+//!   f32 while packing, f32 FMA: the speed of an f32 GEMM, on CPUs without bf16 arithmetic
+//!   and for f16 (x86 has no f16 arithmetic before AVX-512 FP16).
+//! - **Portable** (the same packing, plain Rust loops), and the bf16-pair packing with a
+//!   portable microkernel: the references the fast kernels are tested against on any CPU.
+//!
+//! Every kernel gives the exact f32 products of the rounded operands summed in f32 (an
+//! order that depends on the kernel), so each entry lies within `k * 2^-23 * sum |a||b|`
+//! of the exact product of the rounded operands, less subnormal products under
+//! `vdpbf16ps`.
+//!
+//! ```
+//! use burn_amp_kernels::cpu::cast::Format;
+//! use burn_amp_kernels::cpu::gemm::{self, Kernel, MatRef};
+//! use burn_amp_kernels::cpu::Isa;
+//! use half::bf16;
+//!
+//! // x [2 x 3] in bf16 times an f32 weight [3 x 2] rounded to bf16: a bf16 result.
+//! let x = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0].map(bf16::from_f32);
+//! let w = [1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0];
+//! let mut y = [bf16::ZERO; 4];
+//! let kernel = Kernel::select(Isa::detect(), Format::Bf16);
+//! gemm::gemm(kernel, MatRef::row_major(&x, 2, 3)?, MatRef::row_major(&w, 3, 2)?, &mut y)?;
+//! assert_eq!(y, [4.0, 5.0, 10.0, 11.0].map(bf16::from_f32));
+//! # Ok::<(), gemm::GemmError>(())
+//! ```
+
+mod driver;
+mod kernel;
+mod pack;
+
+pub use kernel::Kernel;
+
+use super::cast::{CpuFloat, Format};
+
+/// Why a product was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GemmError {
+    /// A's columns are not B's rows.
+    #[error("cannot multiply a {a_rows}x{a_cols} matrix by a {b_rows}x{b_cols} one")]
+    ShapeMismatch {
+        /// A's rows.
+        a_rows: usize,
+        /// A's columns.
+        a_cols: usize,
+        /// B's rows.
+        b_rows: usize,
+        /// B's columns.
+        b_cols: usize,
+    },
+    /// The output slice does not hold `rows x cols` values.
+    #[error("the output holds {len} values, not {rows}x{cols}")]
+    OutputLength {
+        /// Rows of the product.
+        rows: usize,
+        /// Columns of the product.
+        cols: usize,
+        /// Values in the output slice.
+        len: usize,
+    },
+    /// The bias does not hold one value per column of the product.
+    #[error("the bias holds {len} values for a product of {cols} columns")]
+    BiasLength {
+        /// Columns of the product.
+        cols: usize,
+        /// Values in the bias.
+        len: usize,
+    },
+    /// A view reaches outside its slice.
+    #[error(
+        "a {rows}x{cols} view at offset {offset} with strides ({row_stride}, {col_stride}) \
+         reaches outside a slice of {len} values"
+    )]
+    OutOfBounds {
+        /// Rows of the view.
+        rows: usize,
+        /// Columns of the view.
+        cols: usize,
+        /// Offset of element (0, 0).
+        offset: usize,
+        /// Step between rows, in values.
+        row_stride: isize,
+        /// Step between columns, in values.
+        col_stride: isize,
+        /// Values in the slice.
+        len: usize,
+    },
+}
+
+/// A read-only matrix view: element `(i, j)` is `data[offset + i * row_stride + j *
+/// col_stride]`. Checked when made, so the kernels read only inside `data`.
+#[derive(Clone, Copy, Debug)]
+pub struct MatRef<'a, T> {
+    data: &'a [T],
+    offset: usize,
+    rows: usize,
+    cols: usize,
+    row_stride: isize,
+    col_stride: isize,
+}
+
+impl<'a, T: CpuFloat> MatRef<'a, T> {
+    /// A strided view of `data`.
+    ///
+    /// # Errors
+    /// [`GemmError::OutOfBounds`] when an element of the view lies outside `data`.
+    pub fn new(
+        data: &'a [T],
+        offset: usize,
+        rows: usize,
+        cols: usize,
+        row_stride: isize,
+        col_stride: isize,
+    ) -> Result<Self, GemmError> {
+        let error = || GemmError::OutOfBounds {
+            rows,
+            cols,
+            offset,
+            row_stride,
+            col_stride,
+            len: data.len(),
+        };
+        if rows > 0 && cols > 0 {
+            let reach = |extent: usize, stride: isize| -> Option<(isize, isize)> {
+                let span = isize::try_from(extent - 1).ok()?.checked_mul(stride)?;
+                Some((span.min(0), span.max(0)))
+            };
+            let (r_lo, r_hi) = reach(rows, row_stride).ok_or_else(error)?;
+            let (c_lo, c_hi) = reach(cols, col_stride).ok_or_else(error)?;
+            let base = isize::try_from(offset).map_err(|_| error())?;
+            let lo = base.checked_add(r_lo).and_then(|v| v.checked_add(c_lo));
+            let hi = base.checked_add(r_hi).and_then(|v| v.checked_add(c_hi));
+            match (lo, hi) {
+                (Some(lo), Some(hi)) if lo >= 0 && (hi as usize) < data.len() => {}
+                _ => return Err(error()),
+            }
+        }
+        Ok(Self {
+            data,
+            offset,
+            rows,
+            cols,
+            row_stride,
+            col_stride,
+        })
+    }
+
+    /// A row-major `rows x cols` view of the start of `data`.
+    ///
+    /// # Errors
+    /// [`GemmError::OutOfBounds`] when `data` is shorter than `rows * cols`.
+    pub fn row_major(data: &'a [T], rows: usize, cols: usize) -> Result<Self, GemmError> {
+        Self::new(data, 0, rows, cols, cols as isize, 1)
+    }
+
+    /// The transposed view (no copy).
+    pub fn transpose(self) -> Self {
+        Self {
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+            ..self
+        }
+    }
+
+    /// Rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Element `(i, j)` as f32 (exact).
+    #[inline(always)]
+    pub(crate) fn get(&self, i: usize, j: usize) -> f32 {
+        self.data[self.index(i, j)].to_f32()
+    }
+
+    /// Pointer to element `(i, j)`; the view's check makes it valid for `i < rows`, `j < cols`.
+    #[inline(always)]
+    pub(crate) fn ptr(&self, i: usize, j: usize) -> *const T {
+        debug_assert!(i < self.rows && j < self.cols);
+        // SAFETY: `new` checked that every element of the view lies inside `data`.
+        unsafe { self.data.as_ptr().add(self.index(i, j)) }
+    }
+
+    #[inline(always)]
+    fn index(&self, i: usize, j: usize) -> usize {
+        (self.offset as isize + i as isize * self.row_stride + j as isize * self.col_stride)
+            as usize
+    }
+
+    pub(crate) fn row_stride(&self) -> isize {
+        self.row_stride
+    }
+
+    pub(crate) fn col_stride(&self) -> isize {
+        self.col_stride
+    }
+}
+
+/// `c = a b`, `c` row-major (`a.rows() x b.cols()`), with `kernel`'s compute format and
+/// instructions; large products run on rayon's threads.
+///
+/// # Errors
+/// [`GemmError::ShapeMismatch`] when `a.cols() != b.rows()`, [`GemmError::OutputLength`]
+/// when `c` does not hold the product; `c` is then untouched.
+pub fn gemm<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
+    kernel: Kernel,
+    a: MatRef<'_, A>,
+    b: MatRef<'_, B>,
+    c: &mut [C],
+) -> Result<(), GemmError> {
+    gemm_bias::<A, B, f32, C>(kernel, a, b, None, c)
+}
+
+/// `c = a b + bias` (the bias added to every row): a linear layer. The bias is rounded to
+/// the compute format, as its cast would, and added to the f32 sums before `c` is written,
+/// so a narrow `c` is rounded once.
+///
+/// # Errors
+/// As [`gemm`], and [`GemmError::BiasLength`] when the bias does not hold `b.cols()` values.
+pub fn gemm_bias<A: CpuFloat, B: CpuFloat, D: CpuFloat, C: CpuFloat>(
+    kernel: Kernel,
+    a: MatRef<'_, A>,
+    b: MatRef<'_, B>,
+    bias: Option<&[D]>,
+    c: &mut [C],
+) -> Result<(), GemmError> {
+    if a.cols != b.rows {
+        return Err(GemmError::ShapeMismatch {
+            a_rows: a.rows,
+            a_cols: a.cols,
+            b_rows: b.rows,
+            b_cols: b.cols,
+        });
+    }
+    if c.len() != a.rows * b.cols {
+        return Err(GemmError::OutputLength {
+            rows: a.rows,
+            cols: b.cols,
+            len: c.len(),
+        });
+    }
+    let bias: Option<Vec<f32>> = match bias {
+        Some(bias) if bias.len() != b.cols => {
+            return Err(GemmError::BiasLength {
+                cols: b.cols,
+                len: bias.len(),
+            });
+        }
+        Some(bias) => Some(
+            bias.iter()
+                .map(|v| round(v.to_f32(), kernel.format()))
+                .collect(),
+        ),
+        None => None,
+    };
+    driver::run(kernel, a, b, bias.as_deref(), c);
+    Ok(())
+}
+
+/// `x` rounded to `format` and widened again (exact for the widening).
+#[inline(always)]
+pub(crate) fn round(x: f32, format: Format) -> f32 {
+    match format {
+        Format::F32 => x,
+        Format::Bf16 => half::bf16::from_f32(x).to_f32(),
+        Format::F16 => half::f16::from_f32(x).to_f32(),
+    }
+}

@@ -1,0 +1,552 @@
+//! Packing: panels of A and B copied into the layout the kernel reads, each value rounded
+//! to the compute format on the way (the cast of an f32 operand happens here, once per
+//! value and panel, instead of in a pass of its own). Partial panels are padded with zeros.
+//!
+//! On AVX2 the two layouts B comes in most (rows contiguous, or columns contiguous: a
+//! transposed weight) are read 8 lanes at a time, the transposed one through 8x8 register
+//! transposes; every other case, and A (the small operand in training's products), goes
+//! value by value.
+
+use super::MatRef;
+use super::kernel::{Kernel, Packing};
+use crate::cpu::cast::{CpuFloat, Format};
+
+/// Whether values of `S` change when rounded to `format`.
+fn rounds<S: CpuFloat>(format: Format) -> bool {
+    match (S::FORMAT, format) {
+        (_, Format::F32) => false,
+        (s, f) => s != f,
+    }
+}
+
+/// Element `(i, j)` of `m`, rounded to `format`.
+#[inline(always)]
+fn value<S: CpuFloat>(m: &MatRef<'_, S>, i: usize, j: usize, format: Format) -> f32 {
+    let x = m.get(i, j);
+    if rounds::<S>(format) {
+        super::round(x, format)
+    } else {
+        x
+    }
+}
+
+/// The bf16 bits of a value already rounded to bf16.
+#[inline(always)]
+fn bf16_bits(x: f32) -> u32 {
+    u32::from(half::bf16::from_f32(x).to_bits())
+}
+
+/// Words of slack the packing buffers keep past their last panel: the AVX2 packing of A
+/// writes whole vectors that may run past a panel's end (the next panel, written after,
+/// overwrites them).
+pub(super) const SLACK: usize = 16;
+
+/// Packs rows `i0..i0 + mc`, k `k0..k0 + kc` of A into `kernel`'s A panels.
+pub(super) fn pack_a<S: CpuFloat>(
+    kernel: Kernel,
+    a: &MatRef<'_, S>,
+    (i0, mc): (usize, usize),
+    (k0, kc): (usize, usize),
+    out: &mut [u32],
+) {
+    let (mr, steps) = (kernel.mr(), kernel.k_steps(kc));
+    let panels = mc.div_ceil(mr);
+    debug_assert!(out.len() >= panels * steps * mr + SLACK);
+    for p in 0..panels {
+        let rows = mr.min(mc - p * mr);
+        #[cfg(target_arch = "x86_64")]
+        if kernel.avx2_packing() && kc > 0 {
+            // SAFETY: the kernel runs on AVX2; rows and k lie inside the checked view, and
+            // `out` holds every panel plus SLACK words.
+            let done =
+                unsafe { x86::pack_a_panel(kernel, a, (i0 + p * mr, rows), (k0, kc), out, p) };
+            if done {
+                continue;
+            }
+        }
+        let panel = &mut out[p * steps * mr..(p + 1) * steps * mr];
+        let row = |ii: usize| i0 + p * mr + ii;
+        pack_panel_scalar(
+            kernel,
+            |ii, k| value(a, row(ii), k0 + k, kernel.format()),
+            rows,
+            kc,
+            panel,
+        );
+    }
+}
+
+/// Packs k `k0..k0 + kc`, columns `j0..j0 + nc` of B into `kernel`'s B panels.
+pub(super) fn pack_b<S: CpuFloat>(
+    kernel: Kernel,
+    b: &MatRef<'_, S>,
+    (k0, kc): (usize, usize),
+    (j0, nc): (usize, usize),
+    out: &mut [u32],
+) {
+    let (nr, steps) = (kernel.nr(), kernel.k_steps(kc));
+    let panels = nc.div_ceil(nr);
+    let mut first_scalar = 0;
+    #[cfg(target_arch = "x86_64")]
+    if kernel.avx2_packing() && kc > 0 {
+        let whole = nc / nr;
+        // SAFETY: the kernel runs on AVX2; the whole panels lie inside the checked view.
+        if unsafe { x86::pack_b_panels(kernel, b, (k0, kc), j0, whole, out) } {
+            first_scalar = whole;
+        }
+    }
+    for p in first_scalar..panels {
+        let cols = nr.min(nc - p * nr);
+        let j = j0 + p * nr;
+        let panel = &mut out[p * steps * nr..(p + 1) * steps * nr];
+        pack_panel_scalar(
+            kernel,
+            |jj, k| value(b, k0 + k, j + jj, kernel.format()),
+            cols,
+            kc,
+            panel,
+        );
+    }
+}
+
+/// One panel, value by value: `at(lane, k)` for lanes `0..lanes` (rows of A or columns of
+/// B), zeros in the lanes past them (and in a pair's missing odd k).
+fn pack_panel_scalar(
+    kernel: Kernel,
+    at: impl Fn(usize, usize) -> f32,
+    lanes: usize,
+    kc: usize,
+    panel: &mut [u32],
+) {
+    let width = panel.len() / kernel.k_steps(kc).max(1);
+    match kernel.packing() {
+        Packing::F32 => {
+            for l in 0..width {
+                for k in 0..kc {
+                    panel[k * width + l] = if l < lanes { at(l, k).to_bits() } else { 0 };
+                }
+            }
+        }
+        Packing::Bf16Pairs => {
+            for l in 0..width {
+                for s in 0..kc.div_ceil(2) {
+                    panel[s * width + l] = if l < lanes {
+                        let lo = bf16_bits(at(l, 2 * s));
+                        let hi = if 2 * s + 1 < kc {
+                            bf16_bits(at(l, 2 * s + 1))
+                        } else {
+                            0
+                        };
+                        lo | hi << 16
+                    } else {
+                        0
+                    };
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use core::arch::x86_64::*;
+
+    use super::{Kernel, MatRef, Packing, rounds};
+    use crate::cpu::cast::x86::{bf16_bits, load_bf16, load_f16, round_to_f16};
+    use crate::cpu::cast::{CpuFloat, Format};
+
+    /// 8 f32 lanes rounded to bf16 and widened again, for the products only: a NaN stays a
+    /// NaN (of any payload), every other value is `half`'s rounding.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn round_to_bf16_for_product(x: __m256) -> __m256 {
+        let bits = _mm256_castps_si256(x);
+        let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(bits), _mm256_set1_epi32(1));
+        let up = _mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
+        let rounded = _mm256_and_si256(up, _mm256_set1_epi32(0xFFFF_0000u32 as i32));
+        let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x);
+        _mm256_blendv_ps(_mm256_castsi256_ps(rounded), x, nan)
+    }
+
+    /// 8 consecutive values of `S` at `p` (stride 1) as f32, rounded to `format`.
+    ///
+    /// # Safety
+    /// AVX2 + F16C; 8 values readable at `p`.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn load8<S: CpuFloat>(p: *const S, format: Format) -> __m256 {
+        // SAFETY: 8 readable values, by the caller's contract.
+        let x = unsafe {
+            match S::FORMAT {
+                Format::F32 => _mm256_loadu_ps(p.cast()),
+                Format::Bf16 => load_bf16(p.cast()),
+                Format::F16 => load_f16(p.cast()),
+            }
+        };
+        match (rounds::<S>(format), format) {
+            (true, Format::Bf16) => round_to_bf16_for_product(x),
+            (true, Format::F16) => round_to_f16(x),
+            _ => x,
+        }
+    }
+
+    /// 8 values as bf16 bits in the low half of each 32-bit lane.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn load8_bf16_bits<S: CpuFloat>(p: *const S) -> __m256i {
+        // SAFETY: forwarded contract.
+        bf16_bits(_mm256_castps_si256(unsafe { load8(p, Format::F32) }))
+    }
+
+    /// 16 values (k, k + 1, ...) as 8 words of bf16 pairs (low half: the even one).
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn load16_pairs<S: CpuFloat>(p: *const S) -> __m256i {
+        // SAFETY: 16 readable values, by the caller's contract.
+        let (x0, x1) = unsafe { (load8_bf16_bits(p), load8_bf16_bits(p.add(8))) };
+        _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(x0, x1))
+    }
+
+    /// The words of bf16 pairs from two rows of 8 lanes (the even k, the odd k).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn pair_words(lo: __m256i, hi: __m256i) -> __m256i {
+        _mm256_or_si256(lo, _mm256_slli_epi32::<16>(hi))
+    }
+
+    /// Transposes 8 rows of 8 lanes in place.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn transpose8(r: &mut [__m256; 8]) {
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        let u0 = _mm256_shuffle_ps::<0b01_00_01_00>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0b11_10_11_10>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0b01_00_01_00>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0b11_10_11_10>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0b01_00_01_00>(t4, t6);
+        let u5 = _mm256_shuffle_ps::<0b11_10_11_10>(t4, t6);
+        let u6 = _mm256_shuffle_ps::<0b01_00_01_00>(t5, t7);
+        let u7 = _mm256_shuffle_ps::<0b11_10_11_10>(t5, t7);
+        r[0] = _mm256_permute2f128_ps::<0x20>(u0, u4);
+        r[1] = _mm256_permute2f128_ps::<0x20>(u1, u5);
+        r[2] = _mm256_permute2f128_ps::<0x20>(u2, u6);
+        r[3] = _mm256_permute2f128_ps::<0x20>(u3, u7);
+        r[4] = _mm256_permute2f128_ps::<0x31>(u0, u4);
+        r[5] = _mm256_permute2f128_ps::<0x31>(u1, u5);
+        r[6] = _mm256_permute2f128_ps::<0x31>(u2, u6);
+        r[7] = _mm256_permute2f128_ps::<0x31>(u3, u7);
+    }
+
+    /// An 8x8 block of the source, one vector per lane (row of A or column of B) along k:
+    /// `rows[l]` holds the values at k, k + 1, ... of lane `l` (zeros past `lanes`), as the
+    /// loader gives them; then transposed, so that `rows[t]` holds lane 0..8 at one k (or
+    /// one pair).
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn block8(lanes: usize, load: impl Fn(usize) -> __m256) -> [__m256; 8] {
+        let mut r = [_mm256_setzero_ps(); 8];
+        for (l, v) in r.iter_mut().enumerate().take(lanes) {
+            *v = load(l);
+        }
+        transpose8(&mut r);
+        r
+    }
+
+    /// Packs `panels` whole B panels from column `j0` when B has a unit stride along its
+    /// rows or its columns; `false` (nothing written) otherwise.
+    ///
+    /// # Safety
+    /// AVX2 + F16C (the kernel's Isa); columns `j0..j0 + panels * nr` and rows
+    /// `k0..k0 + kc` inside the view (kc > 0); `out` holds the panels.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn pack_b_panels<S: CpuFloat>(
+        kernel: Kernel,
+        b: &MatRef<'_, S>,
+        (k0, kc): (usize, usize),
+        j0: usize,
+        panels: usize,
+        out: &mut [u32],
+    ) -> bool {
+        let (nr, steps, format) = (kernel.nr(), kernel.k_steps(kc), kernel.format());
+        let size = steps * nr;
+        assert!(out.len() >= panels * size);
+        let out = out.as_mut_ptr();
+        // SAFETY (all blocks below): every pointer read is an element of the view with 8 or
+        // 16 lanes along a unit stride inside it; every store lands in panel p (< panels) at
+        // a k or pair index < steps and a column < nr.
+        unsafe {
+            match (kernel.packing(), b.col_stride(), b.row_stride()) {
+                (Packing::F32, 1, _) => {
+                    // 8 k at a time across all panels: the rows are read in order, each
+                    // panel written 8 rows at a time.
+                    for kb in (0..kc).step_by(8) {
+                        for p in 0..panels {
+                            for k in kb..kc.min(kb + 8) {
+                                let src = b.ptr(k0 + k, j0 + p * nr);
+                                let dst = out.add(p * size + k * nr);
+                                for g in (0..nr).step_by(8) {
+                                    _mm256_storeu_ps(dst.add(g).cast(), load8(src.add(g), format));
+                                }
+                            }
+                        }
+                    }
+                }
+                (Packing::F32, _, 1) => {
+                    let full = kc - kc % 8;
+                    for p in 0..panels {
+                        let j = j0 + p * nr;
+                        for g in (0..nr).step_by(8) {
+                            for kb in (0..full).step_by(8) {
+                                let r = block8(8, |c| load8(b.ptr(k0 + kb, j + g + c), format));
+                                for (t, v) in r.iter().enumerate() {
+                                    _mm256_storeu_ps(
+                                        out.add(p * size + (kb + t) * nr + g).cast(),
+                                        *v,
+                                    );
+                                }
+                            }
+                        }
+                        for k in full..kc {
+                            for jj in 0..nr {
+                                *out.add(p * size + k * nr + jj) =
+                                    super::value(b, k0 + k, j + jj, format).to_bits();
+                            }
+                        }
+                    }
+                }
+                (Packing::Bf16Pairs, 1, _) => {
+                    for sb in (0..steps).step_by(4) {
+                        for p in 0..panels {
+                            for s in sb..steps.min(sb + 4) {
+                                let k = k0 + 2 * s;
+                                let lo = b.ptr(k, j0 + p * nr);
+                                let hi = (2 * s + 1 < kc).then(|| b.ptr(k + 1, j0 + p * nr));
+                                for g in (0..nr).step_by(8) {
+                                    let lo = load8_bf16_bits(lo.add(g));
+                                    let hi = match hi {
+                                        Some(hi) => load8_bf16_bits(hi.add(g)),
+                                        None => _mm256_setzero_si256(),
+                                    };
+                                    let dst = out.add(p * size + s * nr + g);
+                                    _mm256_storeu_si256(dst.cast(), pair_words(lo, hi));
+                                }
+                            }
+                        }
+                    }
+                }
+                (Packing::Bf16Pairs, _, 1) => {
+                    // 16 k (8 pairs) of 8 columns at a time: each column's 16 values become
+                    // 8 words, then a transpose puts each pair's 8 columns together.
+                    let full = kc - kc % 16;
+                    for p in 0..panels {
+                        let j = j0 + p * nr;
+                        for g in (0..nr).step_by(8) {
+                            for kb in (0..full).step_by(16) {
+                                let r = block8(8, |c| {
+                                    _mm256_castsi256_ps(load16_pairs(b.ptr(k0 + kb, j + g + c)))
+                                });
+                                for (t, v) in r.iter().enumerate() {
+                                    let s = kb / 2 + t;
+                                    _mm256_storeu_ps(out.add(p * size + s * nr + g).cast(), *v);
+                                }
+                            }
+                        }
+                        for s in full / 2..steps {
+                            for jj in 0..nr {
+                                let k = k0 + 2 * s;
+                                let lo = super::bf16_bits(super::value(b, k, j + jj, Format::Bf16));
+                                let hi = if 2 * s + 1 < kc {
+                                    super::bf16_bits(super::value(b, k + 1, j + jj, Format::Bf16))
+                                } else {
+                                    0
+                                };
+                                *out.add(p * size + s * nr + jj) = lo | hi << 16;
+                            }
+                        }
+                    }
+                }
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    /// Packs A panel `p` (`rows` rows from `i`) when A has a unit stride along its rows or
+    /// its columns; `false` (nothing written) otherwise. Stores are whole vectors of 8
+    /// words that may run past the panel's end into the next panel (packed after this one)
+    /// or the buffer's slack.
+    ///
+    /// # Safety
+    /// AVX2 + F16C (the kernel's Isa); rows `i..i + rows` and k `k0..k0 + kc` inside the
+    /// view (kc > 0); `out` holds panel p and SLACK words past it.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn pack_a_panel<S: CpuFloat>(
+        kernel: Kernel,
+        a: &MatRef<'_, S>,
+        (i, rows): (usize, usize),
+        (k0, kc): (usize, usize),
+        out: &mut [u32],
+        p: usize,
+    ) -> bool {
+        let (mr, steps, format) = (kernel.mr(), kernel.k_steps(kc), kernel.format());
+        let base = p * steps * mr;
+        assert!(out.len() >= base + steps * mr + super::SLACK);
+        // SAFETY: base is panel p's first word, inside `out` (asserted above).
+        let out = unsafe { out.as_mut_ptr().add(base) };
+        // SAFETY (all blocks below): reads as in pack_b_panels, rows < `rows` only; a store
+        // at word w of the panel writes words w..w + 8, and w + 8 <= steps * mr + 8 (the
+        // next panel or the slack).
+        unsafe {
+            match (kernel.packing(), a.col_stride(), a.row_stride()) {
+                // Rows contiguous along k: 8 k of up to 8 rows at a time, transposed.
+                (Packing::F32, 1, _) => {
+                    let full = kc - kc % 8;
+                    for g in (0..mr).step_by(8) {
+                        let lanes = rows.saturating_sub(g).min(8);
+                        for kb in (0..full).step_by(8) {
+                            let r = block8(lanes, |l| load8(a.ptr(i + g + l, k0 + kb), format));
+                            for (t, v) in r.iter().enumerate() {
+                                _mm256_storeu_ps(out.add((kb + t) * mr + g).cast(), *v);
+                            }
+                        }
+                    }
+                    tail_f32(a, (i, rows), (k0, kc), full, mr, format, out);
+                }
+                // Columns contiguous along the rows: each k's rows in one load of 8 lanes
+                // (past the panel's rows while the view has them: the spill is
+                // overwritten by the next store), else gathered.
+                (Packing::F32, _, 1) if rows == mr => {
+                    for k in 0..kc {
+                        for g in (0..mr).step_by(8) {
+                            let v = if i + g + 8 <= a.rows() {
+                                load8(a.ptr(i + g, k0 + k), format)
+                            } else {
+                                let mut lanes = [0f32; 8];
+                                for (l, x) in lanes.iter_mut().enumerate().take(mr - g) {
+                                    *x = super::value(a, i + g + l, k0 + k, format);
+                                }
+                                _mm256_loadu_ps(lanes.as_ptr())
+                            };
+                            _mm256_storeu_ps(out.add(k * mr + g).cast(), v);
+                        }
+                    }
+                }
+                (Packing::Bf16Pairs, 1, _) => {
+                    // Two groups of 8 rows (the second 4 real, 4 zero), 8 pairs at a time;
+                    // stored pair by pair, group 0 before group 1, so that each store's
+                    // spill past its pair is overwritten by the next pair's first store.
+                    let full = kc - kc % 16;
+                    let load = |g: usize, kb: usize| {
+                        block8(rows.saturating_sub(g).min(8), |l| {
+                            _mm256_castsi256_ps(load16_pairs(a.ptr(i + g + l, k0 + kb)))
+                        })
+                    };
+                    for kb in (0..full).step_by(16) {
+                        let (r0, r1) = (load(0, kb), load(8, kb));
+                        for t in 0..8 {
+                            let s = kb / 2 + t;
+                            _mm256_storeu_ps(out.add(s * mr).cast(), r0[t]);
+                            _mm256_storeu_ps(out.add(s * mr + 8).cast(), r1[t]);
+                        }
+                    }
+                    tail_pairs(a, (i, rows), (k0, kc), full / 2, mr, out);
+                }
+                (Packing::Bf16Pairs, _, 1) if rows == mr => {
+                    for s in 0..steps {
+                        let k = k0 + 2 * s;
+                        for g in (0..mr).step_by(8) {
+                            let words = if i + g + 8 <= a.rows() {
+                                let lo = load8_bf16_bits(a.ptr(i + g, k));
+                                let hi = if 2 * s + 1 < kc {
+                                    load8_bf16_bits(a.ptr(i + g, k + 1))
+                                } else {
+                                    _mm256_setzero_si256()
+                                };
+                                pair_words(lo, hi)
+                            } else {
+                                let mut w = [0u32; 8];
+                                for (l, x) in w.iter_mut().enumerate().take(mr - g) {
+                                    *x = pair_at(a, i + g + l, k0, kc, s);
+                                }
+                                _mm256_loadu_si256(w.as_ptr().cast())
+                            };
+                            _mm256_storeu_si256(out.add(s * mr + g).cast(), words);
+                        }
+                    }
+                }
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    /// The pair word of row `i` at pair `s` (k `k0 + 2s` and the next, if inside `kc`).
+    fn pair_at<S: CpuFloat>(a: &MatRef<'_, S>, i: usize, k0: usize, kc: usize, s: usize) -> u32 {
+        let k = k0 + 2 * s;
+        let lo = super::bf16_bits(super::value(a, i, k, Format::Bf16));
+        let hi = if 2 * s + 1 < kc {
+            super::bf16_bits(super::value(a, i, k + 1, Format::Bf16))
+        } else {
+            0
+        };
+        lo | hi << 16
+    }
+
+    /// The k past the last whole block of 8, value by value (zeros in missing rows).
+    ///
+    /// # Safety
+    /// `out` holds the panel.
+    unsafe fn tail_f32<S: CpuFloat>(
+        a: &MatRef<'_, S>,
+        (i, rows): (usize, usize),
+        (k0, kc): (usize, usize),
+        from: usize,
+        mr: usize,
+        format: Format,
+        out: *mut u32,
+    ) {
+        for k in from..kc {
+            for ii in 0..mr {
+                let v = if ii < rows {
+                    super::value(a, i + ii, k0 + k, format).to_bits()
+                } else {
+                    0
+                };
+                // SAFETY: k < kc, ii < mr: inside the panel.
+                unsafe { *out.add(k * mr + ii) = v };
+            }
+        }
+    }
+
+    /// The pairs past the last whole block of 8, value by value.
+    ///
+    /// # Safety
+    /// `out` holds the panel.
+    unsafe fn tail_pairs<S: CpuFloat>(
+        a: &MatRef<'_, S>,
+        (i, rows): (usize, usize),
+        (k0, kc): (usize, usize),
+        from: usize,
+        mr: usize,
+        out: *mut u32,
+    ) {
+        for s in from..kc.div_ceil(2) {
+            for ii in 0..mr {
+                let v = if ii < rows {
+                    pair_at(a, i + ii, k0, kc, s)
+                } else {
+                    0
+                };
+                // SAFETY: s < steps, ii < mr: inside the panel.
+                unsafe { *out.add(s * mr + ii) = v };
+            }
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! CPU kernels for Burn's Flex backend, on plain slices: what the CubeCL kernels are to
+//! wgpu and CUDA, these are to the CPU. Each has a portable path that is the reference and
+//! x86 fast paths chosen at run time; tests hold the fast paths to the portable one.
+//!
+//! - [`cast`]: f32 <-> bf16 and f32 <-> f16 conversions, vectorised and multi-threaded,
+//!   bit for bit `half`'s conversions;
+//! - [`gemm`]: a matrix product over f32, bf16 and f16 operands that rounds them to the
+//!   compute format while packing and accumulates in f32 (`vdpbf16ps` where the CPU has
+//!   AVX-512 BF16);
+//! - [`optim`]: one-pass AdamW and the loss scaler's unscale-and-check, in place;
+//! - [`Isa`]: which instruction set a kernel runs with, detected once and passed down.
+
+pub mod cast;
+pub mod gemm;
+pub mod isa;
+pub mod optim;
+
+pub use isa::Isa;

@@ -1,0 +1,481 @@
+//! The CPU kernels against their references: every cast bit for bit against `half`, every
+//! GEMM kernel the CPU runs against an f64 product of the rounded operands.
+
+use burn_amp_kernels::cpu::Isa;
+use burn_amp_kernels::cpu::cast::{self, CastError, CpuFloat, Format};
+use burn_amp_kernels::cpu::gemm::{self, GemmError, Kernel, MatRef};
+use half::{bf16, f16};
+
+/// A deterministic 64-bit generator (SplitMix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn uniform(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+fn report_isas() {
+    let names: Vec<String> = Isa::available().iter().map(|i| i.to_string()).collect();
+    eprintln!(
+        "CPU kernels tested here: {} (best: {})",
+        names.join(", "),
+        Isa::detect()
+    );
+}
+
+/// f32 inputs for the narrowing casts: 10^6 random bit patterns, every sign/exponent/top
+/// mantissa with the low bits at each rounding boundary of bf16 and of f16, and the edges.
+fn f32_inputs() -> Vec<u32> {
+    let mut rng = Rng(7);
+    let mut v: Vec<u32> = (0..1_000_000).map(|_| rng.next() as u32).collect();
+    for hi in 0..=u16::MAX as u32 {
+        for lo in [0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF] {
+            v.push(hi << 16 | lo);
+        }
+    }
+    for hi in 0..1u32 << 19 {
+        for lo in [0, 0x0FFF, 0x1000, 0x1001] {
+            v.push(hi << 13 | lo);
+        }
+    }
+    v.extend([
+        0x7F80_0000, // inf
+        0xFF80_0000, // -inf
+        0x7FC0_0000, // quiet NaN
+        0x7F80_0001, // signalling NaN, low payload
+        0xFFBF_FFFF, // negative signalling NaN, full payload
+        0x7F7F_FFFF, // f32::MAX: rounds to inf in bf16 and f16
+        0x0000_0001, // smallest subnormal
+        0x8000_0000, // -0
+        0x0080_0000, // smallest normal
+        0x477F_F000, // 65520: f16 tie at the overflow boundary
+        0x3380_0000, // 2^-24: smallest f16 subnormal
+        0x3300_0000, // 2^-25: f16 tie to zero
+    ]);
+    v
+}
+
+fn check_narrowing<D: CpuFloat>(reference: impl Fn(f32) -> u16, bits: impl Fn(D) -> u16) {
+    let input: Vec<f32> = f32_inputs().into_iter().map(f32::from_bits).collect();
+    let expected: Vec<u16> = input.iter().map(|x| reference(*x)).collect();
+    for isa in Isa::available() {
+        let out: Vec<D> = cast::to_vec(isa, &input);
+        for (i, (o, e)) in out.iter().zip(&expected).enumerate() {
+            assert_eq!(
+                bits(*o),
+                *e,
+                "{isa}: f32 {:#010x} -> {:?}",
+                input[i].to_bits(),
+                D::FORMAT
+            );
+        }
+    }
+}
+
+#[test]
+fn f32_to_bf16_is_halfs_on_edges_ties_and_a_million_random() {
+    report_isas();
+    check_narrowing::<bf16>(|x| bf16::from_f32(x).to_bits(), bf16::to_bits);
+}
+
+#[test]
+fn f32_to_f16_is_halfs_on_edges_ties_and_a_million_random() {
+    check_narrowing::<f16>(|x| f16::from_f32(x).to_bits(), f16::to_bits);
+    // half's software rounding agrees with the F16C one it uses at run time.
+    for x in f32_inputs().into_iter().step_by(97).map(f32::from_bits) {
+        assert_eq!(
+            f16::from_f32(x).to_bits(),
+            f16::from_f32_const(x).to_bits(),
+            "{x:e}"
+        );
+    }
+}
+
+#[test]
+fn widening_is_halfs_on_every_16_bit_pattern() {
+    let patterns: Vec<u16> = (0..=u16::MAX).collect();
+    let bf: Vec<bf16> = patterns.iter().map(|b| bf16::from_bits(*b)).collect();
+    let hf: Vec<f16> = patterns.iter().map(|b| f16::from_bits(*b)).collect();
+    for isa in Isa::available() {
+        let out: Vec<f32> = cast::to_vec(isa, &bf);
+        for (b, o) in bf.iter().zip(&out) {
+            assert_eq!(
+                o.to_bits(),
+                b.to_f32().to_bits(),
+                "{isa}: bf16 {:#06x}",
+                b.to_bits()
+            );
+        }
+        let out: Vec<f32> = cast::to_vec(isa, &hf);
+        for (h, o) in hf.iter().zip(&out) {
+            assert_eq!(
+                o.to_bits(),
+                h.to_f32().to_bits(),
+                "{isa}: f16 {:#06x}",
+                h.to_bits()
+            );
+            assert_eq!(
+                o.to_bits(),
+                h.to_f32_const().to_bits(),
+                "f16 {:#06x}",
+                h.to_bits()
+            );
+        }
+        // Between the 16-bit formats: through f32, as half would.
+        let out: Vec<f16> = cast::to_vec(isa, &bf);
+        for (b, o) in bf.iter().zip(&out) {
+            assert_eq!(o.to_bits(), f16::from_f32(b.to_f32()).to_bits(), "{isa}");
+        }
+        let out: Vec<bf16> = cast::to_vec(isa, &hf);
+        for (h, o) in hf.iter().zip(&out) {
+            assert_eq!(o.to_bits(), bf16::from_f32(h.to_f32()).to_bits(), "{isa}");
+        }
+    }
+}
+
+#[test]
+fn every_length_and_the_threaded_split_convert_every_value() {
+    let mut rng = Rng(3);
+    for len in (0..70).chain([65_535, 65_536, 65_537, 200_003]) {
+        let src: Vec<f32> = (0..len).map(|_| rng.uniform() * 1e3).collect();
+        for isa in Isa::available() {
+            let narrow: Vec<bf16> = cast::to_vec(isa, &src);
+            assert!(
+                narrow
+                    .iter()
+                    .zip(&src)
+                    .all(|(n, s)| *n == bf16::from_f32(*s)),
+                "{len}"
+            );
+            let wide: Vec<f32> = cast::to_vec(isa, &narrow);
+            assert!(
+                wide.iter().zip(&narrow).all(|(w, n)| *w == n.to_f32()),
+                "{len}"
+            );
+            let same: Vec<f32> = cast::to_vec(isa, &src);
+            assert_eq!(same, src);
+        }
+    }
+}
+
+#[test]
+fn a_length_mismatch_is_an_error_and_writes_nothing() {
+    let mut dst = [bf16::ONE; 3];
+    let err = cast::convert(Isa::detect(), &[1.0f32; 4], &mut dst).unwrap_err();
+    assert_eq!(err, CastError::LengthMismatch { src: 4, dst: 3 });
+    assert_eq!(dst, [bf16::ONE; 3]);
+}
+
+// ---- GEMM ----
+
+fn round(x: f32, format: Format) -> f64 {
+    match format {
+        Format::F32 => x as f64,
+        Format::Bf16 => bf16::from_f32(x).to_f64(),
+        Format::F16 => f16::from_f32(x).to_f64(),
+    }
+}
+
+/// The exact product of the rounded operands (f64), and the sum of |a||b| of each entry.
+fn reference<A: CpuFloat, B: CpuFloat>(
+    a: &MatRef<'_, A>,
+    b: &MatRef<'_, B>,
+    at: impl Fn(usize, usize) -> A,
+    bt: impl Fn(usize, usize) -> B,
+    format: Format,
+) -> (Vec<f64>, Vec<f64>) {
+    let (m, n, k) = (a.rows(), b.cols(), a.cols());
+    let mut exact = vec![0f64; m * n];
+    let mut magnitude = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            for p in 0..k {
+                let x = round(at(i, p).to_f32(), format) * round(bt(p, j).to_f32(), format);
+                exact[i * n + j] += x;
+                magnitude[i * n + j] += x.abs();
+            }
+        }
+    }
+    (exact, magnitude)
+}
+
+/// The bound every kernel meets: f32 accumulation of k exact products (k + 1 roundings of
+/// 2^-24 relative to the sum of magnitudes), plus the output's own rounding, plus 2^-100
+/// for the products `vdpbf16ps` flushes.
+fn check_within_bound<C: CpuFloat>(
+    what: &str,
+    got: &[C],
+    (exact, magnitude): &(Vec<f64>, Vec<f64>),
+    k: usize,
+) {
+    let out_u = match C::FORMAT {
+        Format::F32 => 0.0,
+        Format::Bf16 => 2f64.powi(-8),
+        Format::F16 => 2f64.powi(-11),
+    };
+    for (idx, g) in got.iter().enumerate() {
+        let (g, e, mag) = (g.to_f32() as f64, exact[idx], magnitude[idx]);
+        if e.is_nan() {
+            assert!(
+                g.is_nan(),
+                "{what}: entry {idx}: {g} where the product is NaN"
+            );
+            continue;
+        }
+        if e.is_infinite() {
+            assert_eq!(g, e, "{what}: entry {idx}");
+            continue;
+        }
+        let bound = (k + 1) as f64 * 2f64.powi(-24) * mag * (1.0 + out_u)
+            + out_u * e.abs()
+            + 2f64.powi(-100);
+        assert!(
+            (g - e).abs() <= bound,
+            "{what}: entry {idx}: {g} vs exact {e} (bound {bound:e})"
+        );
+    }
+}
+
+fn random<T: CpuFloat>(len: usize, seed: u64) -> Vec<T> {
+    let mut rng = Rng(seed);
+    (0..len).map(|_| T::from_f32(rng.uniform())).collect()
+}
+
+fn kernels(format: Format) -> Vec<Kernel> {
+    let all = Kernel::all(Isa::detect(), format);
+    eprintln!(
+        "{format:?} kernels tested: {}",
+        all.iter().map(|k| k.name()).collect::<Vec<_>>().join(", ")
+    );
+    all
+}
+
+/// Runs `a b` (both row-major, optionally transposed in storage) through every kernel.
+fn check_shape<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
+    (m, n, k): (usize, usize, usize),
+    a_transposed: bool,
+    b_transposed: bool,
+    format: Format,
+) {
+    let a_data: Vec<A> = random(m * k, (m * 31 + k) as u64);
+    let b_data: Vec<B> = random(k * n, (n * 17 + k) as u64);
+    let a = if a_transposed {
+        MatRef::row_major(&a_data, k, m).unwrap().transpose()
+    } else {
+        MatRef::row_major(&a_data, m, k).unwrap()
+    };
+    let b = if b_transposed {
+        MatRef::row_major(&b_data, n, k).unwrap().transpose()
+    } else {
+        MatRef::row_major(&b_data, k, n).unwrap()
+    };
+    let at = |i: usize, p: usize| {
+        if a_transposed {
+            a_data[p * m + i]
+        } else {
+            a_data[i * k + p]
+        }
+    };
+    let bt = |p: usize, j: usize| {
+        if b_transposed {
+            b_data[j * k + p]
+        } else {
+            b_data[p * n + j]
+        }
+    };
+    let expected = reference(&a, &b, at, bt, format);
+    for kernel in kernels(format) {
+        let mut c = vec![C::from_f32(7.0); m * n];
+        gemm::gemm(kernel, a, b, &mut c).unwrap();
+        let what = format!(
+            "{kernel}: {m}x{k} @ {k}x{n} (A{} B{}) {:?}x{:?}->{:?}",
+            if a_transposed { "^T" } else { "" },
+            if b_transposed { "^T" } else { "" },
+            A::FORMAT,
+            B::FORMAT,
+            C::FORMAT
+        );
+        check_within_bound(&what, &c, &expected, k);
+    }
+}
+
+#[test]
+fn gemm_square_skinny_odd_and_transposed_shapes_are_within_the_bound() {
+    let shapes = [
+        (64, 64, 64),
+        (1, 300, 70),
+        (300, 1, 70),
+        (37, 41, 53),
+        (13, 35, 17),
+        (1, 1, 1),
+    ];
+    for format in [Format::Bf16, Format::F16, Format::F32] {
+        for shape in shapes {
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                check_shape::<f32, f32, f32>(shape, ta, tb, format);
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_mixed_operand_and_output_dtypes_are_within_the_bound() {
+    let shape = (19, 70, 45);
+    check_shape::<bf16, f32, bf16>(shape, false, true, Format::Bf16);
+    check_shape::<f32, bf16, f32>(shape, true, false, Format::Bf16);
+    check_shape::<bf16, bf16, bf16>(shape, false, false, Format::Bf16);
+    check_shape::<f16, f32, f16>(shape, false, true, Format::F16);
+    check_shape::<f16, f16, f32>(shape, true, true, Format::F16);
+    // A format that differs from the operands' rounds them: f16 values to bf16 and back.
+    check_shape::<f16, bf16, f32>(shape, false, false, Format::Bf16);
+    check_shape::<bf16, f16, f16>(shape, false, false, Format::F16);
+}
+
+#[test]
+fn gemm_blocks_and_threads_cover_every_entry() {
+    // Crosses the row, column and k blocks (144, 2048, 256) and splits over threads.
+    check_shape::<f32, f32, f32>((150, 2100, 600), false, true, Format::Bf16);
+    check_shape::<bf16, f32, bf16>((300, 97, 530), true, false, Format::Bf16);
+    check_shape::<f32, f32, f16>((150, 300, 300), false, false, Format::F16);
+}
+
+#[test]
+fn gemm_reads_strided_and_negatively_strided_views_in_place() {
+    let (m, n, k) = (23, 40, 33);
+    // A: every other column of a wider matrix; B: rows and columns flipped.
+    let a_store: Vec<f32> = random(m * 2 * k, 5);
+    let b_store: Vec<f32> = random(k * n, 6);
+    let a = MatRef::new(&a_store, 1, m, k, 2 * k as isize, 2).unwrap();
+    let b = MatRef::new(&b_store, k * n - 1, k, n, -(n as isize), -1).unwrap();
+    let at = |i: usize, p: usize| a_store[1 + i * 2 * k + 2 * p];
+    let bt = |p: usize, j: usize| b_store[k * n - 1 - p * n - j];
+    for format in [Format::Bf16, Format::F16] {
+        let expected = reference(&a, &b, at, bt, format);
+        for kernel in kernels(format) {
+            let mut c = vec![0f32; m * n];
+            gemm::gemm(kernel, a, b, &mut c).unwrap();
+            check_within_bound(&format!("{kernel} strided"), &c, &expected, k);
+        }
+    }
+}
+
+#[test]
+fn gemm_zero_sizes_and_k_zero() {
+    for kernel in kernels(Format::Bf16) {
+        let empty: [f32; 0] = [];
+        let a = MatRef::row_major(&empty, 0, 5).unwrap();
+        let b_data = [1f32; 10];
+        let b = MatRef::row_major(&b_data, 5, 2).unwrap();
+        let mut c: [f32; 0] = [];
+        gemm::gemm(kernel, a, b, &mut c).unwrap();
+        // k = 0: the product is all zeros.
+        let a = MatRef::row_major(&empty, 3, 0).unwrap();
+        let b = MatRef::row_major(&empty, 0, 4).unwrap();
+        let mut c = [bf16::ONE; 12];
+        gemm::gemm(kernel, a, b, &mut c).unwrap();
+        assert_eq!(c, [bf16::ZERO; 12], "{kernel}");
+    }
+}
+
+#[test]
+fn gemm_propagates_inf_and_nan() {
+    let (m, n, k) = (14, 40, 36);
+    let mut a: Vec<f32> = random(m * k, 8);
+    let mut b: Vec<f32> = random(k * n, 9);
+    a[3 * k + 5] = f32::NAN; // row 3 of C: NaN
+    a[7 * k + 2] = f32::INFINITY; // row 7: +-inf, or NaN where b[2][j] is 0
+    b[2 * n + 11] = 0.0; // ... here: inf * 0
+    b[4 * n + 30] = f32::NEG_INFINITY; // column 30: -+inf
+    let am = MatRef::row_major(&a, m, k).unwrap();
+    let bm = MatRef::row_major(&b, k, n).unwrap();
+    for format in [Format::Bf16, Format::F16] {
+        let expected = reference(&am, &bm, |i, p| a[i * k + p], |p, j| b[p * n + j], format);
+        assert!(expected.0[3 * n].is_nan() && expected.0[7 * n + 11].is_nan());
+        assert!(expected.0[7 * n].is_infinite() && expected.0[30].is_infinite());
+        for kernel in kernels(format) {
+            let mut c = vec![bf16::ZERO; m * n];
+            gemm::gemm(kernel, am, bm, &mut c).unwrap();
+            check_within_bound(&format!("{kernel} inf/NaN"), &c, &expected, k);
+        }
+    }
+}
+
+#[test]
+fn gemm_refuses_bad_shapes_and_views() {
+    let data = [0f32; 12];
+    let a = MatRef::row_major(&data, 3, 4).unwrap();
+    let kernel = Kernel::select(Isa::detect(), Format::Bf16);
+    let mut c = [0f32; 9];
+    assert!(matches!(
+        gemm::gemm(kernel, a, a, &mut c),
+        Err(GemmError::ShapeMismatch {
+            a_cols: 4,
+            b_rows: 3,
+            ..
+        })
+    ));
+    let b = MatRef::row_major(&data, 4, 3).unwrap();
+    let mut short = [0f32; 8];
+    assert!(matches!(
+        gemm::gemm(kernel, a, b, &mut short),
+        Err(GemmError::OutputLength { len: 8, .. })
+    ));
+    assert!(matches!(
+        MatRef::row_major(&data, 4, 4),
+        Err(GemmError::OutOfBounds { .. })
+    ));
+    assert!(MatRef::new(&data, 2, 2, 2, -3, 1).is_err()); // reaches before the slice
+    assert!(MatRef::new(&data, 0, 2, 2, isize::MAX, 1).is_err()); // overflows
+    assert!(MatRef::new(&data, 11, 3, 4, -4, -1).is_ok()); // the whole slice, flipped
+}
+
+#[test]
+fn gemm_bias_is_added_before_the_output_is_rounded() {
+    let (m, n, k) = (9, 45, 300);
+    let a: Vec<f32> = random(m * k, 31);
+    let b: Vec<f32> = random(k * n, 32);
+    let bias: Vec<f32> = random::<f32>(n, 33).iter().map(|v| v * 3.0).collect();
+    let am = MatRef::row_major(&a, m, k).unwrap();
+    let bm = MatRef::row_major(&b, k, n).unwrap();
+    for format in [Format::Bf16, Format::F16] {
+        let (mut exact, mut magnitude) =
+            reference(&am, &bm, |i, p| a[i * k + p], |p, j| b[p * n + j], format);
+        for (idx, (e, mag)) in exact.iter_mut().zip(&mut magnitude).enumerate() {
+            let r = round(bias[idx % n], format);
+            *e += r;
+            *mag += r.abs();
+        }
+        let expected = (exact, magnitude);
+        for kernel in kernels(format) {
+            let mut c = vec![bf16::ZERO; m * n];
+            gemm::gemm_bias(kernel, am, bm, Some(&bias), &mut c).unwrap();
+            check_within_bound(&format!("{kernel} + bias"), &c, &expected, k + 1);
+            // k = 0: the product is the rounded bias on every row.
+            let empty: [f32; 0] = [];
+            let mut c = vec![0f32; 2 * n];
+            let (a0, b0) = (
+                MatRef::row_major(&empty, 2, 0).unwrap(),
+                MatRef::row_major(&empty, 0, n).unwrap(),
+            );
+            gemm::gemm_bias(kernel, a0, b0, Some(&bias), &mut c).unwrap();
+            for (j, v) in c.iter().enumerate() {
+                assert_eq!(*v as f64, round(bias[j % n], format), "{kernel}: k = 0");
+            }
+        }
+    }
+    let kernel = Kernel::select(Isa::detect(), Format::Bf16);
+    let mut c = vec![0f32; m * n];
+    assert_eq!(
+        gemm::gemm_bias(kernel, am, bm, Some(&bias[..3]), &mut c),
+        Err(GemmError::BiasLength { cols: n, len: 3 })
+    );
+}
