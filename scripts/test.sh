@@ -30,5 +30,9 @@ fi
 
 features="slow-tests,ndarray"
 cargo test --workspace --all-targets --features "$features" "$@"
+# Which CPU kernels the tests above held to their references on this machine (the AVX-512
+# BF16 one only where the CPU has it): the same build, one test, its line printed.
+cargo test --workspace --features "$features" --test kernels -q -- --nocapture \
+    cpu_kernels_report_what_runs_here 2>&1 | grep "CPU kernels:" || true
 # The same features as above, so the doc tests reuse that build instead of another one.
 cargo test --workspace --doc --features "$features"

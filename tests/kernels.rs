@@ -3,9 +3,12 @@
 //! (NdArray with `--features ndarray`, which `./scripts/test.sh` turns on); delayed scaling keeps its scale on zero or non-finite amaxes and survives a record; bad
 //! input is a typed error; and the round-trip error of each recipe on a heavy-tailed tensor.
 //! Blocked accumulation: every backend gives the reference's bits; the block-scaled FP8
-//! matmul checks its operands.
+//! matmul checks its operands. The CPU kernels on Flex (`kernels/flex.rs`): casts and the
+//! fused cast-and-matmul.
 
 mod common;
+#[path = "kernels/flex.rs"]
+mod flex;
 #[path = "kernels/scales.rs"]
 mod scales;
 

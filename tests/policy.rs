@@ -5,6 +5,7 @@ use std::sync::Mutex;
 
 use burn::backend::{Flex, NdArray, Wgpu};
 use burn::tensor::{FloatDType, Tensor};
+use burn_amp::policy::Kernels;
 use burn_amp::{
     MixedPrecision, Policy, PolicyError, global_policy, set_global_policy, with_policy,
 };
@@ -74,14 +75,40 @@ fn jmp_specs_parse_and_round_trip() {
         "params=float16,compute=float16,output=float32"
     );
 
-    // Every combination round-trips through its name.
+    // Every combination round-trips through its name, with either kernels.
     for v in [F32, F16, BF16] {
         for c in [F32, F16, BF16] {
             for o in [F32, F16, BF16] {
-                let policy = Policy::new(v, c, o).unwrap();
-                assert_eq!(policy.name().parse::<Policy>().unwrap(), policy);
+                for kernels in [Kernels::Auto, Kernels::Backend] {
+                    let policy = Policy::new(v, c, o).unwrap().with_kernels(kernels);
+                    assert_eq!(policy.name().parse::<Policy>().unwrap(), policy);
+                }
             }
         }
+    }
+}
+
+#[test]
+fn kernels_key_picks_whose_kernels_run_and_is_checked() {
+    let backend: Policy = "params=float32,compute=bfloat16,output=float32,kernels=backend"
+        .parse()
+        .unwrap();
+    assert_eq!(backend.kernels(), Kernels::Backend);
+    assert_eq!(backend.compute_dtype(), BF16);
+    assert_ne!(backend, Policy::mixed_bfloat16());
+    assert_eq!(
+        backend.to_string(),
+        "params=float32,compute=bfloat16,output=float32,kernels=backend"
+    );
+    let auto: Policy = "p=f32,c=bf16,o=f32,kernels=auto".parse().unwrap();
+    assert_eq!(auto, Policy::mixed_bfloat16());
+    assert_eq!(auto.to_string(), "mixed_bfloat16");
+    for (spec, says) in [
+        ("compute=bf16,kernels=fast", "use auto or backend"),
+        ("compute=bf16,kernels=auto,kernels=backend", "given twice"),
+    ] {
+        let err = spec.parse::<Policy>().unwrap_err();
+        assert!(err.to_string().contains(says), "{spec}: {err}");
     }
 }
 
@@ -225,6 +252,8 @@ fn every_spec_error_lists_keys_dtypes_and_policy_names() {
         "drift",
         "auto",
         "aps",
+        "kernels",
+        "backend",
     ];
     let specs = [
         "params=float8",

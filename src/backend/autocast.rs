@@ -14,26 +14,141 @@
 //!
 //! f64 tensors are never narrowed, as in PyTorch's autocast. A tensor already in the target
 //! dtype is not cast, so under `float32` f32 tensors run exactly as on the bare backend.
+//!
+//! Where the inner backend has burn-amp kernels ([`crate::cpu`]: Flex) and the policy's
+//! [`Kernels`] is `auto`, casts run on them, and [`routed`] hands compute-class matmuls and
+//! linears their operands uncast: the kernels round them while packing.
 
-use burn_tensor::FloatDType;
-use burn_tensor::TensorMetadata;
+use burn_amp_kernels::cpu::cast::Format;
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
+use burn_tensor::{DType, FloatDType, TensorMetadata};
 
 use crate::context;
+use crate::cost::{self, OpClass};
+use crate::cpu::{self, Routed, RoutedOps};
+use crate::policy::{Kernels, Policy};
 
 /// The float dtype of a tensor primitive.
 pub(crate) fn dtype<B: Backend>(tensor: &FloatTensor<B>) -> FloatDType {
     tensor.dtype().into()
 }
 
-/// Casts `tensor` to `dtype`, or hands it back untouched when it is already there.
-pub(crate) fn cast<B: Backend>(tensor: FloatTensor<B>, dtype: FloatDType) -> FloatTensor<B> {
-    if self::dtype::<B>(&tensor) == dtype {
-        tensor
-    } else {
-        B::float_cast(tensor, dtype)
+/// The class a casting rule puts its op in (for the cost report).
+pub(crate) fn class_of(rule: &str) -> OpClass {
+    match rule {
+        "to_compute" => OpClass::Compute,
+        "to_f32" => OpClass::Float32,
+        "to_widest" => OpClass::Promote,
+        "to_dtype_of_first" => OpClass::Assign,
+        _ => OpClass::Forwarded,
     }
+}
+
+/// Casts `tensor` to `dtype`, or hands it back untouched when it is already there: a cast
+/// the decorator inserts (counted as one in the cost report).
+pub(crate) fn cast<B: Backend>(tensor: FloatTensor<B>, dtype: FloatDType) -> FloatTensor<B> {
+    let from = tensor.dtype();
+    if FloatDType::from(from) != dtype {
+        cost::cast(from, DType::from(dtype), tensor.shape().num_elements());
+    }
+    convert::<B>(tensor, dtype)
+}
+
+/// Casts `tensor` to `dtype` (a cast anyone asks for), on burn-amp's kernels where `B` has
+/// them and the device's policy lets them run.
+pub(crate) fn convert<B: Backend>(tensor: FloatTensor<B>, dtype: FloatDType) -> FloatTensor<B> {
+    if self::dtype::<B>(&tensor) == dtype {
+        return tensor;
+    }
+    match cpu::routed::<B>() {
+        Some(ops) if context::current(&B::float_device(&tensor)).kernels() == Kernels::Auto => {
+            (ops.cast)(tensor, dtype)
+        }
+        _ => B::float_cast(tensor, dtype),
+    }
+}
+
+/// The kernels a compute-class op hands its operands to uncast, with the format they round
+/// them to: `B`'s routed ops when it has them, the policy computes in f16 or bf16 and its
+/// kernels are `auto`.
+pub(crate) fn routed<B: Backend>(policy: &Policy) -> Option<(RoutedOps<B>, Format)> {
+    if policy.kernels() != Kernels::Auto {
+        return None;
+    }
+    let format = match policy.compute_dtype() {
+        FloatDType::BF16 => Format::Bf16,
+        FloatDType::F16 => Format::F16,
+        _ => return None,
+    };
+    cpu::routed::<B>().map(|ops| (ops, format))
+}
+
+/// Whether any of the tensors is f64 (never narrowed: the op goes to the backend as is).
+pub(crate) fn any_f64<B: Backend>(tensors: &[Option<&FloatTensor<B>>]) -> bool {
+    tensors
+        .iter()
+        .flatten()
+        .any(|t| dtype::<B>(t) == FloatDType::F64)
+}
+
+/// `lhs @ rhs` in `target` (the compute dtype): on the routed kernels, which round the
+/// operands while packing, or cast and on `B`.
+pub(crate) fn matmul<B: Backend>(
+    routed: Option<(RoutedOps<B>, Format)>,
+    lhs: FloatTensor<B>,
+    rhs: FloatTensor<B>,
+    target: FloatDType,
+) -> FloatTensor<B> {
+    let [lhs, rhs] = match routed {
+        Some((ops, format)) => {
+            let shapes = [&lhs, &rhs].map(|t| (t.dtype(), t.shape().num_elements()));
+            match (ops.matmul)(lhs, rhs, format, DType::from(target)) {
+                Routed::Ran(out) => {
+                    for (d, n) in shapes {
+                        cost::rounded(d, DType::from(target), n);
+                    }
+                    return out;
+                }
+                Routed::Declined(operands) => operands,
+            }
+        }
+        None => [lhs, rhs],
+    };
+    let [lhs, rhs] = [lhs, rhs].map(|t| to_target::<B>(t, target));
+    B::float_matmul(lhs, rhs)
+}
+
+/// `x @ weight + bias` in `target`: on the routed kernels, or cast and on `B`.
+pub(crate) fn linear<B: Backend>(
+    routed: Option<(RoutedOps<B>, Format)>,
+    x: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    bias: Option<FloatTensor<B>>,
+    target: FloatDType,
+) -> FloatTensor<B> {
+    let (x, weight, bias) = match routed {
+        Some((ops, format)) => {
+            let shapes: Vec<_> = [Some(&x), Some(&weight), bias.as_ref()]
+                .into_iter()
+                .flatten()
+                .map(|t| (t.dtype(), t.shape().num_elements()))
+                .collect();
+            match (ops.linear)((x, weight, bias), format, DType::from(target)) {
+                Routed::Ran(out) => {
+                    for (d, n) in shapes {
+                        cost::rounded(d, DType::from(target), n);
+                    }
+                    return out;
+                }
+                Routed::Declined(operands) => operands,
+            }
+        }
+        None => (x, weight, bias),
+    };
+    let [x, weight] = [x, weight].map(|t| to_target::<B>(t, target));
+    let bias = bias.map(|b| to_target::<B>(b, target));
+    B::linear(x, weight, bias)
 }
 
 fn is_reduced(dtype: FloatDType) -> bool {
@@ -73,7 +188,7 @@ pub(crate) fn to_f32<B: Backend, const N: usize>(
 ) -> [FloatTensor<B>; N] {
     tensors.map(|t| {
         if is_reduced(dtype::<B>(&t)) {
-            B::float_cast(t, FloatDType::F32)
+            cast::<B>(t, FloatDType::F32)
         } else {
             t
         }

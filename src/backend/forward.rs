@@ -11,6 +11,7 @@ macro_rules! forward {
             #[inline]
             #[allow(unused_parens)]
             fn $name( $($arg : $ty),* ) $(-> $ret)? {
+                $crate::cost::forwarded(stringify!($name));
                 $( $post )? ( $inner::$name( $($arg),* ) )
             }
         )*
@@ -27,6 +28,8 @@ macro_rules! autocast {
             #[inline]
             fn $name( $($cast : FloatTensor<Self>,)+ $($($arg : $ty),*)? ) -> $ret {
                 let [$($cast),+] = $crate::backend::autocast::$rule::<$inner, _>([$($cast),+]);
+                let runs_in = burn_tensor::TensorMetadata::dtype([$(&$cast),+][0]);
+                $crate::cost::op($crate::backend::autocast::class_of(stringify!($rule)), stringify!($name), Some(runs_in));
                 $inner::$name( $($cast,)+ $($($arg),*)? )
             }
         )*

@@ -22,6 +22,11 @@
 //! `drift=`), `format=auto` lets each tensor pick E4M3 or E5M2, and `grads=aps` (or
 //! `aps_shp`) compresses parameter gradients with APS's per-layer scales.
 //!
+//! The key `kernels=` says whose kernels run the policy's casts, matmuls and linears:
+//! burn-amp's where the backend has them (`auto`, the default: on Flex, a GEMM that rounds
+//! operands while packing them and vectorised casts), or always the backend's own ops
+//! (`backend`, for comparisons).
+//!
 //! This module holds values only. Which policy an op runs under is decided in one place,
 //! the crate's context: a scoped override ([`with_policy`](crate::with_policy)) wins over a
 //! per-device policy ([`MixedPrecision::set_policy`](crate::MixedPrecision::set_policy)),
@@ -38,6 +43,40 @@ pub use parse::IntoPolicy;
 use burn_tensor::FloatDType;
 
 use crate::fp8::{Fp8Formats, Fp8Scaling, GradientCompression};
+
+/// Whose kernels run a policy's casts, matmuls and linears (spec key `kernels=`).
+///
+/// ```
+/// use burn_amp::{Policy, policy::Kernels};
+///
+/// let policy: Policy = "params=float32,compute=bfloat16,output=float32,kernels=backend".parse()?;
+/// assert_eq!(policy.kernels(), Kernels::Backend);
+/// assert_eq!(policy, Policy::mixed_bfloat16().with_kernels(Kernels::Backend));
+/// assert_eq!(Policy::mixed_bfloat16().kernels(), Kernels::Auto);
+/// # Ok::<(), burn_amp::PolicyError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Kernels {
+    /// burn-amp's kernels where the backend has them, the backend's ops elsewhere. On Flex
+    /// (with or without `Autodiff`): casts by vectorised, threaded conversions, and
+    /// matmuls and linears in the compute dtype by a GEMM that reads operands of any float
+    /// dtype and rounds them while packing, so a weight's cast costs no pass of its own.
+    #[default]
+    Auto,
+    /// Always the inner backend's ops: each cast a separate op, then the backend's matmul
+    /// (what `MixedPrecision` did before it had kernels of its own).
+    Backend,
+}
+
+impl Kernels {
+    /// The name in specs: `auto` or `backend`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernels::Auto => "auto",
+            Kernels::Backend => "backend",
+        }
+    }
+}
 
 /// A dtype policy: the variable, compute and output dtypes of a model.
 ///
@@ -68,6 +107,7 @@ pub struct Policy {
     fp8: Option<Fp8Scaling>,
     formats: Fp8Formats,
     grads: GradientCompression,
+    kernels: Kernels,
 }
 
 impl Policy {
@@ -153,6 +193,18 @@ impl Policy {
         self.grads
     }
 
+    /// The same policy with its casts, matmuls and linears run by `kernels` (spec key
+    /// `kernels=`).
+    pub const fn with_kernels(mut self, kernels: Kernels) -> Self {
+        self.kernels = kernels;
+        self
+    }
+
+    /// Whose kernels run the policy's casts, matmuls and linears.
+    pub fn kernels(&self) -> Kernels {
+        self.kernels
+    }
+
     /// A policy from its three dtypes.
     ///
     /// # Errors
@@ -187,6 +239,7 @@ impl Policy {
             fp8: None,
             formats: Fp8Formats::Hybrid,
             grads: GradientCompression::None,
+            kernels: Kernels::Auto,
         }
     }
 

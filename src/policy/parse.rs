@@ -5,7 +5,7 @@ use core::str::FromStr;
 
 use burn_tensor::FloatDType;
 
-use super::{Policy, PolicyError};
+use super::{Kernels, Policy, PolicyError};
 use crate::fp8::{
     AmaxCompute, DelayedRecipe, ExponentBiasRecipe, Fp8Formats, Fp8Scaling, GradientCompression,
 };
@@ -33,11 +33,11 @@ pub(crate) const SPEC_EXAMPLE: &str = "params=float32,compute=bfloat16,output=fl
 /// scalings.
 pub(crate) const SPEC_HELP: &str = "a spec is key=value pairs joined by commas, such as \
     \"params=float32,compute=bfloat16,output=float32\"; keys: params (or param, p), \
-    compute (or c), output (or o), fp8, history, margin, amax, drift, format, grads; \
+    compute (or c), output (or o), fp8, history, margin, amax, drift, format, grads, kernels; \
     dtypes: float32 (or f32, full), float16 (or f16, half), bfloat16 (or bf16); fp8: tensor \
     (or per_tensor), blockwise (or block, blocks), delayed (with history=N, margin=N, \
     amax=max|most_recent), bias (with drift=N), none; format: hybrid, auto; grads: aps, \
-    aps_shp, none; a missing dtype key means float32";
+    aps_shp, none; kernels: auto, backend; a missing dtype key means float32";
 
 fn named(name: &str) -> Option<Policy> {
     if let Some(base) = name.strip_prefix(FP8_PREFIX) {
@@ -86,6 +86,7 @@ struct Fp8Keys {
     drift: Option<u32>,
     formats: Option<Fp8Formats>,
     grads: Option<GradientCompression>,
+    kernels: Option<Kernels>,
 }
 
 /// Stores `value` in `slot`; `twice()` when the slot already held one (a key given twice,
@@ -182,6 +183,18 @@ fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
                 })?;
                 set_once(&mut keys.grads, grads, twice)?;
             }
+            "kernels" => {
+                let kernels = match value {
+                    "auto" => Kernels::Auto,
+                    "backend" => Kernels::Backend,
+                    other => {
+                        return Err(invalid(format!(
+                            "unknown kernels {other:?}; use auto or backend"
+                        )));
+                    }
+                };
+                set_once(&mut keys.kernels, kernels, twice)?;
+            }
             _ => {
                 let slot = match key {
                     "params" | "param" | "p" => 0,
@@ -190,7 +203,7 @@ fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
                     other => {
                         return Err(invalid(format!(
                             "unknown key {other:?}; the keys are params, compute, output, fp8, \
-                             history, margin, amax, drift, format and grads"
+                             history, margin, amax, drift, format, grads and kernels"
                         )));
                     }
                 };
@@ -212,7 +225,8 @@ fn parse_spec(spec: &str) -> Result<Policy, PolicyError> {
     };
     Ok(policy
         .with_fp8_formats(keys.formats.unwrap_or_default())
-        .with_gradient_compression(keys.grads.unwrap_or_default()))
+        .with_gradient_compression(keys.grads.unwrap_or_default())
+        .with_kernels(keys.kernels.unwrap_or_default()))
 }
 
 /// The scaling the keys describe; a setting of another scaling than the one named is an
@@ -278,7 +292,9 @@ impl fmt::Display for Policy {
         let keras = VALID_NAMES
             .iter()
             .find(|n| named_dtypes(n).as_ref() == Some(&base));
-        let plain = self.formats == Fp8Formats::Hybrid && self.grads == GradientCompression::None;
+        let plain = self.formats == Fp8Formats::Hybrid
+            && self.grads == GradientCompression::None
+            && self.kernels == Kernels::Auto;
         match (keras, self.fp8) {
             (Some(name), None) if plain => return f.write_str(name),
             (Some(name), Some(Fp8Scaling::PerTensor)) if plain => {
@@ -302,6 +318,9 @@ impl fmt::Display for Policy {
         }
         if self.grads != GradientCompression::None {
             write!(f, ",grads={}", self.grads.name())?;
+        }
+        if self.kernels != Kernels::Auto {
+            write!(f, ",kernels={}", self.kernels.name())?;
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! `ModuleOps`: linear, convolutions, attention and embedding outputs in the compute dtype;
 //! layer norm, CTC loss and FFTs in f32; pooling, interpolation and unfolding forwarded.
 
+use burn_tensor::TensorMetadata;
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::BoolTensor;
 use burn_tensor::ops::attention::attention_fallback;
@@ -13,6 +14,7 @@ use burn_tensor::ops::{
 use crate::MixedPrecision;
 use crate::backend::autocast;
 use crate::context::{self, with_policy};
+use crate::cost::{self, OpClass};
 
 /// Casts the inputs of a compute-class module op (`x` first, then the others) to the
 /// compute dtype of the policy in force for `x`'s device.
@@ -39,6 +41,7 @@ macro_rules! conv_ops {
                 options: $options,
             ) -> FloatTensor<Self> {
                 let op = context::resolve::<B>(&B::float_device(&x));
+                cost::op(OpClass::Compute, stringify!($name), Some(op.policy.compute_dtype().into()));
                 compute_inputs!(@target op.policy.compute_dtype(); x, weight; bias);
                 op.compute(stringify!($name), x, weight, |x, weight| {
                     B::$name(x, weight, bias, options)
@@ -49,14 +52,25 @@ macro_rules! conv_ops {
 }
 
 impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
+    /// Compute class. On burn-amp's kernels (Flex) the operands are not cast: they are
+    /// rounded while packed, and the bias is added before the output is rounded.
     fn linear(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
         let op = context::resolve::<B>(&B::float_device(&x));
-        compute_inputs!(@target op.policy.compute_dtype(); x, weight; bias);
-        op.compute("linear", x, weight, |x, weight| B::linear(x, weight, bias))
+        let target = op.policy.compute_dtype();
+        cost::op(OpClass::Compute, "linear", Some(target.into()));
+        let routed = autocast::routed::<B>(&op.policy)
+            .filter(|_| !autocast::any_f64::<B>(&[Some(&x), Some(&weight), bias.as_ref()]));
+        if routed.is_some() && op.fp8.is_none() {
+            return autocast::linear::<B>(routed, x, weight, bias, target);
+        }
+        compute_inputs!(@target target; x, weight; bias);
+        op.compute("linear", x, weight, |x, weight| {
+            autocast::linear::<B>(routed, x, weight, bias, target)
+        })
     }
 
     conv_ops! {
@@ -77,6 +91,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         options: DeformConvOptions<2>,
     ) -> FloatTensor<Self> {
         compute_inputs!(x, offset, weight; mask, bias);
+        cost::op(OpClass::Compute, "deform_conv2d", Some(x.dtype()));
         B::deform_conv2d(x, offset, weight, mask, bias, options)
     }
 
@@ -102,6 +117,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         }
         // Inference keeps the inner backend's fused kernel, fed in the compute dtype.
         compute_inputs!(query, key, value; attn_bias);
+        cost::op(OpClass::Compute, "attention", Some(query.dtype()));
         B::attention(query, key, value, mask, attn_bias, options)
     }
 
@@ -109,6 +125,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     /// its output joins the other activations in the compute dtype, as in Keras.
     fn embedding(weights: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
         let target = autocast::compute_dtype::<B>(&weights);
+        cost::op(OpClass::Compute, "embedding", Some(target.into()));
         autocast::to_target::<B>(B::embedding(weights, indices), target)
     }
 
@@ -123,6 +140,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
             let [b] = autocast::to_f32::<B, 1>([b]);
             b
         });
+        cost::op(OpClass::Float32, "layer_norm", Some(tensor.dtype()));
         B::layer_norm(tensor, gamma, beta, epsilon)
     }
 

@@ -7,12 +7,13 @@ use burn_tensor::ops::{
 };
 use burn_tensor::{
     BoolDType, Distribution, FloatDType, IndexingUpdateOp, IntDType, Scalar, Shape, Slice,
-    TensorData,
+    TensorData, TensorMetadata,
 };
 
 use crate::MixedPrecision;
 use crate::backend::autocast;
 use crate::context;
+use crate::cost::{self, OpClass};
 
 /// Under a policy whose variables are not f32 (`float16`, `bfloat16`), a float tensor
 /// created in f32 is created in the variable dtype instead; explicit other dtypes are kept.
@@ -24,15 +25,31 @@ fn creation_dtype<B: Backend>(device: &B::Device, requested: FloatDType) -> Floa
 }
 
 impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
-    /// Compute class; under an FP8 policy both operands are rounded to E4M3 first.
+    /// Compute class; under an FP8 policy both operands are rounded to E4M3 first. On
+    /// burn-amp's kernels (Flex) the operands are not cast: they are rounded while packed.
     fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         let op = context::resolve::<B>(&B::float_device(&lhs));
         let target = op.policy.compute_dtype();
+        cost::op(OpClass::Compute, "matmul", Some(target.into()));
+        let routed = autocast::routed::<B>(&op.policy)
+            .filter(|_| !autocast::any_f64::<B>(&[Some(&lhs), Some(&rhs)]));
+        if routed.is_some() && op.fp8.is_none() {
+            return autocast::matmul::<B>(routed, lhs, rhs, target);
+        }
         let [lhs, rhs] = [lhs, rhs].map(|t| autocast::to_target::<B>(t, target));
-        op.compute("matmul", lhs, rhs, B::float_matmul)
+        op.compute("matmul", lhs, rhs, |lhs, rhs| {
+            autocast::matmul::<B>(routed, lhs, rhs, target)
+        })
+    }
+
+    /// On burn-amp's vectorised casts where the backend has them (Flex).
+    fn float_cast(tensor: FloatTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        cost::op(OpClass::Forwarded, "float_cast", Some(dtype.into()));
+        autocast::convert::<B>(tensor, dtype)
     }
 
     fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self> {
+        cost::op(OpClass::Create, "float_from_data", None);
         let requested = FloatDType::from(data.dtype);
         let tensor = B::float_from_data(data, device);
         autocast::cast::<B>(tensor, creation_dtype::<B>(device, requested))
@@ -44,6 +61,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         device: &Device<Self>,
         dtype: FloatDType,
     ) -> FloatTensor<Self> {
+        cost::op(OpClass::Create, "float_random", None);
         B::float_random(
             shape,
             distribution,
@@ -53,10 +71,12 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     }
 
     fn float_zeros(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        cost::op(OpClass::Create, "float_zeros", None);
         B::float_zeros(shape, device, creation_dtype::<B>(device, dtype))
     }
 
     fn float_ones(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        cost::op(OpClass::Create, "float_ones", None);
         B::float_ones(shape, device, creation_dtype::<B>(device, dtype))
     }
 
@@ -66,6 +86,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         device: &Device<Self>,
         dtype: FloatDType,
     ) -> FloatTensor<Self> {
+        cost::op(OpClass::Create, "float_full", None);
         B::float_full(
             shape,
             fill_value,
@@ -75,10 +96,12 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     }
 
     fn float_empty(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
+        cost::op(OpClass::Create, "float_empty", None);
         B::float_empty(shape, device, creation_dtype::<B>(device, dtype))
     }
 
     fn float_cat(tensors: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
+        cost::op(OpClass::Promote, "float_cat", None);
         B::float_cat(autocast::vec_to_widest::<B>(tensors), dim)
     }
 
@@ -88,6 +111,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         value: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
         let [tensor, value] = autocast::to_widest::<B, 2>([tensor, value]);
+        cost::op(OpClass::Promote, "float_mask_where", Some(tensor.dtype()));
         B::float_mask_where(tensor, mask, value)
     }
 
@@ -97,6 +121,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         value: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
         let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value]);
+        cost::op(OpClass::Assign, "float_slice_assign", None);
         B::float_slice_assign(tensor, slices, value)
     }
 
@@ -107,6 +132,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         value: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
         let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value]);
+        cost::op(OpClass::Assign, "float_scatter_add", None);
         B::float_scatter_add(dim, tensor, indices, value)
     }
 
@@ -117,6 +143,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         value: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
         let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value]);
+        cost::op(OpClass::Assign, "float_select_add", None);
         B::float_select_add(tensor, dim, indices, value)
     }
 
@@ -127,6 +154,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         reduction: IndexingUpdateOp,
     ) -> FloatTensor<Self> {
         let [data, values] = autocast::to_dtype_of_first::<B, 2>([data, values]);
+        cost::op(OpClass::Assign, "float_scatter_nd", None);
         B::float_scatter_nd(data, indices, values, reduction)
     }
 
@@ -208,7 +236,6 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         fn float_is_require_grad(_tensor: &FloatTensor<Self>) -> bool;
         fn float_cummin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
         fn float_cummax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
-        fn float_cast(tensor: FloatTensor<Self>, dtype: FloatDType) -> FloatTensor<Self>;
         fn float_powi_scalar_impl(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
         fn float_powf_scalar_impl(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self>;
         fn float_sqrt(tensor: FloatTensor<Self>) -> FloatTensor<Self>;

@@ -1,0 +1,115 @@
+//! Flex tensors as the CPU kernels' slices and matrix views.
+
+use burn::backend::flex::{FlexTensor, Layout};
+use burn_amp_kernels::cpu::cast::{CpuFloat, Format};
+use burn_amp_kernels::cpu::gemm::MatRef;
+use burn_tensor::{Bytes, DType, Element, Shape};
+
+/// Runs `$body` with `$T` bound to the Rust type of `$dtype` when the CPU kernels take it
+/// (f32, bf16, f16), else evaluates `$other`.
+macro_rules! with_elem {
+    ($dtype:expr, $T:ident => $body:expr, _ => $other:expr) => {
+        match $dtype {
+            burn_tensor::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            burn_tensor::DType::BF16 => {
+                type $T = half::bf16;
+                $body
+            }
+            burn_tensor::DType::F16 => {
+                type $T = half::f16;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+pub(super) use with_elem;
+
+/// The kernels' format of a Burn dtype, if they take it.
+pub(super) fn format(dtype: DType) -> Option<Format> {
+    match dtype {
+        DType::F32 => Some(Format::F32),
+        DType::BF16 => Some(Format::Bf16),
+        DType::F16 => Some(Format::F16),
+        _ => None,
+    }
+}
+
+/// A new contiguous tensor of `shape` holding `values`.
+pub(super) fn from_vec<T: CpuFloat + Element + bytemuck::NoUninit>(
+    values: Vec<T>,
+    shape: Shape,
+) -> FlexTensor {
+    debug_assert_eq!(values.len(), shape.num_elements());
+    FlexTensor::new(
+        Bytes::from_elems(values),
+        Layout::contiguous(shape),
+        T::dtype(),
+    )
+}
+
+/// A zeroed buffer for `len` values of `T` (fresh zero pages, no pass over them).
+pub(super) fn zeros<T: CpuFloat>(len: usize) -> Vec<T> {
+    burn_amp_kernels::cpu::cast::zeroed(len)
+}
+
+/// The matrix formed by the last two dimensions of `t`, starting `offset` values past its
+/// start.
+pub(super) fn matrix<T: CpuFloat + Element + bytemuck::Pod>(
+    t: &FlexTensor,
+    offset: isize,
+) -> MatRef<'_, T> {
+    let layout = t.layout();
+    let (shape, strides) = (layout.shape(), layout.strides());
+    let r = shape.num_dims();
+    let start = layout.start_offset() as isize + offset;
+    MatRef::new(
+        t.storage::<T>(),
+        start as usize,
+        shape[r - 2],
+        shape[r - 1],
+        strides[r - 2],
+        strides[r - 1],
+    )
+    .expect("a Flex layout stays inside its buffer")
+}
+
+/// `t`'s leading dimensions merged into one: a `[rows, last]` view sharing its buffer, or a
+/// contiguous copy when the layout cannot merge them. The last dimension keeps its stride.
+pub(super) fn flatten_rows(t: &FlexTensor) -> FlexTensor {
+    let layout = t.layout();
+    let (shape, strides) = (layout.shape(), layout.strides());
+    let r = shape.num_dims();
+    let last = shape[r - 1];
+    let rows = shape.num_elements() / last.max(1);
+    if r == 2 {
+        return t.clone();
+    }
+    let (row_stride, last_stride) = if r == 1 {
+        (last as isize, strides[0])
+    } else {
+        // Dims 0..r-1 merge when each steps over the whole of the next.
+        let mergeable = (0..r - 2)
+            .all(|i| shape[i] == 1 || strides[i] == strides[i + 1] * shape[i + 1] as isize);
+        if !mergeable {
+            return flatten_rows(&t.to_contiguous());
+        }
+        (strides[r - 2], strides[r - 1])
+    };
+    let layout = Layout::new(
+        Shape::new([rows, last]),
+        vec![row_stride, last_stride],
+        layout.start_offset(),
+    );
+    FlexTensor::from_arc(t.data_arc(), layout, t.dtype())
+}
+
+/// A contiguous tensor's data under another shape of the same size.
+pub(super) fn reshaped(t: FlexTensor, shape: Shape) -> FlexTensor {
+    debug_assert!(t.is_contiguous() && t.layout().start_offset() == 0);
+    let dtype = t.dtype();
+    FlexTensor::from_arc(t.data_arc(), Layout::contiguous(shape), dtype)
+}
