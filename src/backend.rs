@@ -7,6 +7,7 @@ mod forward;
 pub(crate) mod autocast;
 mod gradients;
 mod ops;
+pub(crate) mod scale;
 
 pub use gradients::ScaledGradients;
 
@@ -14,7 +15,7 @@ use core::marker::PhantomData;
 
 use burn_tensor::backend::{AutodiffBackend, Backend, BackendTypes, DTypeUsageSet, ExecutionError};
 use burn_tensor::ops::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
-use burn_tensor::{DType, FloatDType, Scalar, TensorData};
+use burn_tensor::{DType, FloatDType, TensorData};
 
 use crate::context;
 use crate::policy::{IntoPolicy, Policy, PolicyError};
@@ -183,17 +184,23 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
     /// f16, the loss is first multiplied by its scale; the returned gradients divide it out
     /// again when read.
     fn backward(tensor: FloatTensor<Self>) -> Self::Gradients {
-        let (policy, scale) = context::backward::<B>(&B::float_device(&tensor));
+        let device = B::float_device(&tensor);
+        let (policy, scale) = context::backward::<B>(&device);
         let dtype = context::loss_dtype(policy, autocast::dtype::<B>(&tensor));
         let loss = autocast::cast::<B>(tensor, dtype);
-        let loss = if scale == 1.0 {
-            loss
-        } else {
-            B::float_mul_scalar(loss, Scalar::from(scale))
+        let (loss, slot) = match scale {
+            Some((slot, source)) => {
+                // The scale stays on the device: multiplied in, never read back.
+                let initial = || source.initial();
+                let factor =
+                    scale::with_state::<B::InnerBackend, _>(&slot, &device, initial, |s| s.scale());
+                (scale::times::<B>(loss, B::from_inner(factor)), Some(slot))
+            }
+            None => (loss, None),
         };
         ScaledGradients {
             inner: B::backward(loss),
-            scale,
+            scale: slot,
         }
     }
 
@@ -201,7 +208,8 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
         tensor: &FloatTensor<Self>,
         grads: &Self::Gradients,
     ) -> Option<FloatTensor<Self::InnerBackend>> {
-        B::grad(tensor, &grads.inner).map(|g| gradients::unscale::<B::InnerBackend>(g, grads.scale))
+        B::grad(tensor, &grads.inner)
+            .map(|g| gradients::unscale::<B::InnerBackend>(g, &grads.scale))
     }
 
     fn grad_remove(
@@ -209,7 +217,7 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
         grads: &mut Self::Gradients,
     ) -> Option<FloatTensor<Self::InnerBackend>> {
         B::grad_remove(tensor, &mut grads.inner)
-            .map(|g| gradients::unscale::<B::InnerBackend>(g, grads.scale))
+            .map(|g| gradients::unscale::<B::InnerBackend>(g, &grads.scale))
     }
 
     fn grad_replace(
@@ -217,7 +225,7 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
         grads: &mut Self::Gradients,
         grad: FloatTensor<Self::InnerBackend>,
     ) {
-        let grad = gradients::rescale::<B::InnerBackend>(grad, grads.scale);
+        let grad = gradients::rescale::<B::InnerBackend>(grad, &grads.scale);
         B::grad_replace(tensor, &mut grads.inner, grad)
     }
 

@@ -23,8 +23,12 @@
 //! - [`MixedPrecision`]: the decorator backend.
 //! - [`Policy`], [`set_global_policy`], [`with_policy`]: which dtypes ops run in.
 //! - [`LossScaleOptimizer`]: loss scaling for `mixed_float16`, around any Burn optimizer.
+//! - [`FusedAdamW`]: Burn's AdamW in one pass per parameter, which skips an overflowed step
+//!   on the device (no read back per step under [`LossScaleOptimizer`]).
 //! - [`fp8`]: FP8 (E4M3, E5M2) tensors with per-tensor, per-block and MX scaling.
 //! - [`accum`]: blocked (chunk-based) accumulation and the block-scaled FP8 matmul.
+//! - [`cost`]: what a step costs: ops by class and dtype, casts and their bytes, FP8
+//!   launches, reads back to the host.
 //! - [`probe_backend`]: whether a backend starts here ([`BackendUnavailable`] names what is
 //!   missing: the NVIDIA driver, NVRTC, the CUDA headers, a Vulkan driver).
 #![warn(missing_docs)]
@@ -32,9 +36,12 @@
 pub mod accum;
 mod backend;
 mod context;
+pub mod cost;
+mod cpu;
 pub mod fp8;
 mod kernels;
 pub mod loss_scale;
+pub mod optim;
 pub mod policy;
 mod probe;
 
@@ -45,5 +52,6 @@ pub use loss_scale::{
 };
 #[cfg(feature = "train")]
 pub use loss_scale::{LossScaleMetric, SkippedStepsMetric};
+pub use optim::{FusedAdamW, FusedAdamWConfig};
 pub use policy::{IntoPolicy, Policy, PolicyError};
 pub use probe::{BackendUnavailable, probe_backend};

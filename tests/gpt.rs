@@ -143,9 +143,11 @@ fn the_learner_path_trains_the_tiny_gpt_under_mixed_float16() {
     );
 }
 
-/// A scale too large for this model's f16 gradients (2^20; about 2^18 fits) overflows at
-/// first: steps are skipped and the scale halves; a growth interval of 6 then raises it
-/// again, so it changes more than once before the interruption.
+/// A scale too large for this model's f16 gradients (2^28) overflows at first: steps are
+/// skipped and the scale halves; a growth interval of 6 then raises it again, so it changes
+/// more than once before the interruption. (burn-amp's fused matmuls on Flex sum and write
+/// weight gradients in f32, so 2^20, which overflowed the f16 weight gradients before,
+/// now fits: it is the f16 activation gradients that overflow.)
 fn overflowing(dir: PathBuf) -> Options {
     Options {
         train: TrainConfig {
@@ -153,8 +155,8 @@ fn overflowing(dir: PathBuf) -> Options {
             ..TrainConfig::tiny()
         },
         loss_scale: LossScaleConfig::new()
-            .with_initial_scale(2f32.powi(20))
-            .with_max_scale(2f32.powi(20))
+            .with_initial_scale(2f32.powi(28))
+            .with_max_scale(2f32.powi(28))
             .with_growth_interval(6),
         checkpoint_dir: dir,
         sample_len: 0,
@@ -278,4 +280,112 @@ fn the_presets_are_valid_and_compare_trains_five_distinct_policies() {
         run::compared_policies().iter().map(run::label).collect();
     assert_eq!(labels.len(), 5, "{labels:?}");
     assert!(labels.contains("float8_from_mixed_bfloat16 (blockwise)"));
+}
+
+/// Every float parameter of `model`, in visit order.
+fn gpt_params<B: burn::tensor::backend::Backend>(model: &model::Gpt<B>) -> Vec<f32> {
+    use burn::module::{Module, ModuleVisitor, Param};
+    use burn::tensor::Tensor;
+    struct Collect(Vec<f32>);
+    impl<B: burn::tensor::backend::Backend> ModuleVisitor<B> for Collect {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            let data = param.val().into_data().convert::<f32>();
+            self.0.extend(data.to_vec::<f32>().unwrap());
+        }
+    }
+    let mut collect = Collect(Vec::new());
+    model.visit(&mut collect);
+    collect.0
+}
+
+/// A copy of `grads` (the same tensors under the same ids), for a second optimizer.
+fn dup_grads<B: burn::tensor::backend::AutodiffBackend>(
+    model: &model::Gpt<B>,
+    grads: &burn::optim::GradientsParams,
+) -> burn::optim::GradientsParams {
+    use burn::module::{Module, ModuleVisitor, Param};
+    use burn::optim::GradientsParams;
+    use burn::tensor::Tensor;
+    struct Dup<'a>(&'a GradientsParams, GradientsParams);
+    impl<B: burn::tensor::backend::AutodiffBackend> ModuleVisitor<B> for Dup<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            if let Some(g) = self.0.get::<B::InnerBackend, D>(param.id) {
+                self.1.register::<B::InnerBackend, D>(param.id, g);
+            }
+        }
+    }
+    let mut dup = Dup(grads, GradientsParams::new());
+    model.visit(&mut dup);
+    dup.1
+}
+
+/// `FusedAdamW` against Burn's `AdamW` with the example's hyper-parameters (betas
+/// 0.9/0.99, weight decay 0.1, gradient norm clipped at 1) over 200 steps of the tiny GPT
+/// (the example's batches and learning-rate schedule), step-locked: each step both
+/// optimizers update the same parameters with the same gradients (those of the model Burn's
+/// optimizer trains), so their moments see the same history and a difference cannot grow
+/// through the model. After every step: on Flex (burn-amp's CPU kernel, `mixed_bfloat16`)
+/// the same bits; on wgpu (the CubeCL kernel, `float32`) within 2^-19 of the largest
+/// parameter (a few f32 roundings: the GPU may fuse a multiply-add, and its square root and
+/// division need not round correctly).
+fn fused_follows_adamw<B: burn::tensor::backend::AutodiffBackend>(
+    device: &B::Device,
+    policy: Policy,
+    exact: bool,
+) {
+    use burn::data::dataloader::batcher::Batcher;
+    use burn::grad_clipping::GradientClippingConfig;
+    use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+    type M<B> = burn_amp::MixedPrecision<B>;
+    let _serial = serial();
+    M::<B>::set_policy(device, policy).unwrap();
+    let config = TrainConfig::tiny();
+    let corpus = data::load(&data::default_path(), config.model.seq_len).unwrap();
+    let (batcher, _) = data::TextBatcher::pair(&corpus, config.model.seq_len);
+    let mut rng = data::Rng(7);
+    let start = config.model.init::<M<B>>(device);
+    let mut burns = AdamWConfig::new()
+        .with_beta_2(0.99)
+        .with_weight_decay(0.1)
+        .with_grad_clipping(Some(GradientClippingConfig::Norm(1.0)))
+        .init::<M<B>, model::Gpt<M<B>>>();
+    let mut fused = custom_loop::adamw().init::<M<B>, model::Gpt<M<B>>>();
+    let bound = if exact { 0.0 } else { 2f32.powi(-19) };
+    let mut model = start.clone();
+    for step in 0..200 {
+        let starts = data::random_starts(
+            &mut rng,
+            corpus.train.len(),
+            config.model.seq_len,
+            config.batch_size,
+        );
+        let batch = <data::TextBatcher as Batcher<M<B>, _, _>>::batch(&batcher, starts, device);
+        let grads = GradientsParams::from_grads(model.loss(batch).backward(), &model);
+        let same = dup_grads(&model, &grads);
+        let lr = config.lr_at(step.min(config.steps));
+        let theirs = burns.step(lr, model.clone(), grads);
+        let ours = fused.step(lr, model, same);
+        let (a, b) = (gpt_params(&theirs), gpt_params(&ours));
+        let largest = a.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let diff = a
+            .iter()
+            .zip(&b)
+            .fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+            / largest;
+        assert!(diff <= bound, "{policy}, step {step}: {diff:e} > {bound:e}");
+        model = theirs;
+    }
+    M::<B>::set_policy(device, Policy::float32()).unwrap();
+    assert_ne!(gpt_params(&start), gpt_params(&model), "it trained");
+}
+
+#[test]
+fn fused_adamw_follows_burns_adamw_for_200_tiny_gpt_steps_on_flex() {
+    fused_follows_adamw::<Autodiff<Flex>>(&Default::default(), Policy::mixed_bfloat16(), true);
+}
+
+#[test]
+fn fused_adamw_follows_burns_adamw_for_200_tiny_gpt_steps_on_wgpu() {
+    use burn::backend::Wgpu;
+    fused_follows_adamw::<Autodiff<Wgpu>>(&Default::default(), Policy::float32(), false);
 }

@@ -11,6 +11,8 @@ mod binding;
 mod common;
 #[path = "loss_scaling/fp8_state.rs"]
 mod fp8_state;
+#[path = "loss_scaling/fused.rs"]
+mod fused;
 #[path = "loss_scaling/records.rs"]
 mod records;
 

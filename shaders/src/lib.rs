@@ -1,15 +1,20 @@
 //! # burn-amp-kernels
 //!
-//! The CubeCL kernels of [burn-amp](https://crates.io/crates/burn-amp), with their CPU
-//! references. Written once in CubeCL, they run on wgpu (Vulkan, Metal, DX12) and CUDA.
-//! This crate knows CubeCL only; the glue to Burn's tensors is in `burn-amp`.
+//! The kernels of [burn-amp](https://crates.io/crates/burn-amp), with their references:
+//! CubeCL kernels, written once for wgpu (Vulkan, Metal, DX12) and CUDA, and CPU kernels
+//! for Burn's Flex backend. This crate knows CubeCL and slices only; the glue to Burn's
+//! tensors is in `burn-amp`.
 //!
 //! - [`fp8`]: FP8 quantize / dequantize with scaling;
 //! - [`half16`]: Tesla's 16-bit SHP and UHP storage formats;
-//! - [`accum`]: blocked (chunk-based) accumulation and the block-scaled FP8 matmul.
+//! - [`accum`]: blocked (chunk-based) accumulation and the block-scaled FP8 matmul;
+//! - [`optim`]: the fused AdamW step;
+//! - [`cpu`]: fast f32/bf16/f16 casts, a mixed-precision GEMM and AdamW for the CPU.
 #![warn(missing_docs)]
 
 pub mod accum;
+pub mod cpu;
 pub mod fp8;
 mod grid;
 pub mod half16;
+pub mod optim;

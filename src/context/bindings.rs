@@ -2,9 +2,9 @@
 //! scale, the default loss scales, and which policies were already checked against which
 //! backend and device. One table behind one lock.
 
-use core::any::TypeId;
+use core::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::sync::{Arc, LazyLock, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 use burn_tensor::backend::{DeviceId, DeviceOps};
 
@@ -19,12 +19,34 @@ pub(crate) fn device_key<D: DeviceOps + 'static>(device: &D) -> DeviceKey {
     (TypeId::of::<D>(), device.id())
 }
 
+/// A device's loss-scale state, type-erased: the scale and its counters as tensors of the
+/// backend that made them (`crate::backend::scale`).
+pub(crate) trait DeviceState: Send {
+    /// `[scale, good_steps, skipped_steps]`, read back to the host.
+    fn read(&self) -> [f32; 3];
+    /// Replaces `[scale, good_steps, skipped_steps]` (a loaded record) and clears the
+    /// pending non-finite count.
+    fn write(&mut self, values: [f32; 3]);
+    /// The typed state, for code that knows the backend.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// A device's state behind a lock shared by the binding, the backward pass's gradients
+/// and the optimizer.
+pub(crate) type DeviceSlot = Arc<Mutex<Option<Box<dyn DeviceState>>>>;
+
 /// What a backward pass asks of the loss scale bound to its device. Implemented by
 /// [`crate::loss_scale`]; the context keeps only this view, so it imports nothing from there.
 pub(crate) trait ScaleSource: Send + Sync {
-    /// The factor to multiply the loss by; `needed` says whether the policy computes in
-    /// f16 (scaling needed) or not (bf16, f32: the factor is 1).
-    fn begin_backward(&self, needed: bool) -> f32;
+    /// Whether the backward pass scales its loss: `needed` says whether the policy computes
+    /// in f16 (scaling needed) or not (bf16, f32).
+    fn begin_backward(&self, needed: bool) -> bool;
+
+    /// The state of `device`, where the scale a backward pass multiplies by lives.
+    fn slot(&self, device: DeviceKey) -> DeviceSlot;
+
+    /// The scale, good steps and skipped steps a device's new state starts from.
+    fn initial(&self) -> [f32; 3];
 
     /// Where stateful FP8 scalings keep their state for the devices this source is bound to.
     fn fp8_history(&self) -> Fp8History;

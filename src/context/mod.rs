@@ -24,8 +24,8 @@ use std::sync::{Arc, Weak};
 use burn_tensor::backend::{Backend, DeviceOps};
 use burn_tensor::{DType, FloatDType};
 
-pub(crate) use bindings::ScaleSource;
 use bindings::device_key;
+pub(crate) use bindings::{DeviceKey, DeviceSlot, DeviceState, ScaleSource};
 pub use scope::with_policy;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -119,18 +119,21 @@ fn fp8_history<D: DeviceOps + 'static>(device: &D) -> Option<Fp8History> {
     history
 }
 
-/// What a backward pass on `device` runs under: its policy, and the factor its loss is
-/// multiplied by (the bound loss scale under a policy that needs one, else 1). The pass
-/// ends the device's FP8 step: its next forward site is site 0 again.
-pub(crate) fn backward<B: Backend>(device: &B::Device) -> (Policy, f32) {
+/// What a backward pass on `device` runs under: its policy, and the loss scale it applies
+/// (the bound one, under a policy that needs one): its device state, and its source (for
+/// the values a new state starts from). The pass ends the device's FP8 step: its next
+/// forward site is site 0 again.
+pub(crate) fn backward<B: Backend>(
+    device: &B::Device,
+) -> (Policy, Option<(DeviceSlot, Arc<dyn ScaleSource>)>) {
     let policy = self::policy::<B>(device);
-    let source = bindings::read().scale_for(&device_key(device));
-    let scale = source
-        .map(|s| {
-            s.fp8_history().end_step(lane_of(device));
-            s.begin_backward(policy.needs_loss_scaling())
-        })
-        .unwrap_or(1.0);
+    let key = device_key(device);
+    let source = bindings::read().scale_for(&key);
+    let scale = source.and_then(|s| {
+        s.fp8_history().end_step(lane_of(device));
+        s.begin_backward(policy.needs_loss_scaling())
+            .then(|| (s.slot(key), s))
+    });
     (policy, scale)
 }
 

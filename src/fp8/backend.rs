@@ -11,6 +11,8 @@ use burn_tensor::backend::Backend;
 use burn_tensor::ops::{FloatTensor, IntTensor};
 use burn_tensor::{DType, FloatDType, TensorData, read_sync};
 
+use crate::cost;
+
 /// A backend that can quantize to and from FP8.
 ///
 /// Codes are packed four to a `u32` (value `4k + j` in bits `8j..8j+8` of word `k`), which is
@@ -199,7 +201,8 @@ pub(crate) fn composed_fake_quantize<B: Fp8Backend>(
 
 /// A float tensor's values on the host, as f32 (exact for f16 and bf16).
 pub(crate) fn host_f32<B: Backend>(tensor: FloatTensor<B>) -> Vec<f32> {
-    let data = read_sync(B::float_into_data(tensor)).expect("the tensor can be read back");
+    let data =
+        cost::read(|| read_sync(B::float_into_data(tensor))).expect("the tensor can be read back");
     match data.dtype {
         DType::F32 => data.into_vec::<f32>().expect("f32 data"),
         DType::F16 => data
@@ -220,7 +223,8 @@ pub(crate) fn host_f32<B: Backend>(tensor: FloatTensor<B>) -> Vec<f32> {
 
 /// An int tensor's values on the host, as u32.
 pub(crate) fn host_u32<B: Backend>(tensor: IntTensor<B>) -> Vec<u32> {
-    let data = read_sync(B::int_into_data(tensor)).expect("the tensor can be read back");
+    let data =
+        cost::read(|| read_sync(B::int_into_data(tensor))).expect("the tensor can be read back");
     data.convert::<u32>().to_vec::<u32>().expect("u32 data")
 }
 

@@ -1,5 +1,6 @@
 //! The kernel traits for Burn's CubeCL backends (wgpu, CUDA, ...): the CubeCL kernels of
-//! `burn-amp-kernels`, launched on the tensors' buffers.
+//! `burn-amp-kernels`, launched on the tensors' buffers (FP8, blocked accumulation, the
+//! fused AdamW step).
 
 use burn_amp_kernels::fp8::launch::{self, BlockLayout};
 use burn_amp_kernels::fp8::scale::ScaleRule;
@@ -12,9 +13,14 @@ use cubecl::prelude::{CubeElement, Float};
 
 use burn_amp_kernels::accum::{self, AccumConfig, Fp8MatmulConfig};
 
+use burn_amp_kernels::cpu::optim::AdamwStep;
+use burn_amp_kernels::optim::AdamwBuffers;
+
 use crate::accum::AccumBackend;
+use crate::cpu::{AdamwIn, AdamwOut, AdamwState, Routed};
 use crate::fp8::Fp8Backend;
 use crate::fp8::backend::composed_fake_quantize;
+use crate::optim::{AdamwKernel, kernel_takes};
 
 /// Runs `$body` with `$F` bound to the Rust type of the float dtype `$dtype`.
 macro_rules! with_float {
@@ -210,5 +216,68 @@ where
             config,
         );
         output(&asi, handle, (dims.0 * dims.2) as usize, DType::F32)
+    }
+}
+
+impl<R, F, I, BT> AdamwKernel for CubeBackend<R, F, I, BT>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    fn fused_adamw(
+        param: CubeTensor<R>,
+        grad: CubeTensor<R>,
+        state: AdamwState<CubeTensor<R>>,
+        step: &AdamwStep,
+        found: Option<&CubeTensor<R>>,
+    ) -> Routed<AdamwOut<Self>, AdamwIn<Self>> {
+        let shape = param.meta.shape().clone();
+        let len = shape.num_elements();
+        let takes = kernel_takes(
+            (param.dtype, len),
+            (grad.dtype, grad.meta.shape().num_elements()),
+            [state.m.dtype, state.v.dtype, state.time.dtype],
+            found.map(|f| f.dtype),
+        );
+        let Ok(len32) = u32::try_from(len) else {
+            return Routed::Declined((param, grad, state));
+        };
+        if !takes {
+            return Routed::Declined((param, grad, state));
+        }
+        let [param, grad, m, v, time] =
+            [param, grad, state.m, state.v, state.time].map(into_contiguous);
+        let found = found.map(|f| into_contiguous(f.clone()).handle);
+        let buffers = AdamwBuffers {
+            param: param.handle.clone(),
+            grad: grad.handle.clone(),
+            m: m.handle.clone(),
+            v: v.handle.clone(),
+            time: time.handle.clone(),
+            len: len32,
+        };
+        let out = with_float!(grad.dtype, G => burn_amp_kernels::optim::adamw::<R, G>(
+            &param.client,
+            buffers,
+            found,
+            step,
+        ));
+        let tensor = |handle, shape: Shape| {
+            CubeTensor::new_contiguous(
+                param.client.clone(),
+                param.device.clone(),
+                shape,
+                handle,
+                DType::F32,
+            )
+        };
+        let state = AdamwState {
+            m: tensor(out.m, shape.clone()),
+            v: tensor(out.v, shape.clone()),
+            time: tensor(out.time, Shape::new([1])),
+        };
+        Routed::Ran((tensor(out.param, shape), state))
     }
 }

@@ -16,9 +16,13 @@ use burn_tensor::{DType, FloatDType, Shape};
 
 use burn_amp_kernels::accum::{AccumConfig, Fp8MatmulConfig};
 
+use burn_amp_kernels::cpu::optim::AdamwStep;
+
 use crate::accum::AccumBackend;
+use crate::cpu::{AdamwIn, AdamwOut, AdamwState, Routed};
 use crate::fp8::Fp8Backend;
 use crate::fp8::backend::composed_fake_quantize;
+use crate::optim::{AdamwKernel, kernel_takes};
 
 type Handles<B> =
     HandleContainer<<<B as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle>;
@@ -264,5 +268,87 @@ impl<B: FusionBackend + Fp8Backend + AccumBackend> AccumBackend for Fusion<B> {
             &out,
         )
         .output()
+    }
+}
+
+/// A fused AdamW step in the fusion stream: runs `B`'s kernel on the resolved tensors.
+#[derive(Clone, Debug)]
+struct AdamwFused<B> {
+    desc: CustomOpIr,
+    step: AdamwStep,
+    _backend: PhantomData<B>,
+}
+
+impl<B: FusionBackend + AdamwKernel> Operation<B::FusionRuntime> for AdamwFused<B> {
+    fn execute(&self, handles: &mut Handles<B>) {
+        let inputs: Vec<_> = self
+            .desc
+            .inputs
+            .iter()
+            .map(|t| handles.get_float_tensor::<B>(t))
+            .collect();
+        let mut inputs = inputs.into_iter();
+        let mut next = || inputs.next().expect("registered with five or six inputs");
+        let (param, grad) = (next(), next());
+        let state = AdamwState {
+            m: next(),
+            v: next(),
+            time: next(),
+        };
+        let found = inputs.next();
+        let [p_out, m_out, v_out, t_out] = &self.desc.outputs[..] else {
+            unreachable!("registered with four outputs")
+        };
+        match B::fused_adamw(param, grad, state, &self.step, found.as_ref()) {
+            Routed::Ran((param, state)) => {
+                handles.register_float_tensor::<B>(&p_out.id, param);
+                handles.register_float_tensor::<B>(&m_out.id, state.m);
+                handles.register_float_tensor::<B>(&v_out.id, state.v);
+                handles.register_float_tensor::<B>(&t_out.id, state.time);
+            }
+            // The dtypes were checked with the same rule before the op was registered.
+            Routed::Declined(_) => unreachable!("the fused AdamW kernel declined checked dtypes"),
+        }
+    }
+}
+
+impl<B: FusionBackend + AdamwKernel> AdamwKernel for Fusion<B> {
+    fn fused_adamw(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        state: AdamwState<FloatTensor<Self>>,
+        step: &AdamwStep,
+        found: Option<&FloatTensor<Self>>,
+    ) -> Routed<AdamwOut<Self>, AdamwIn<Self>> {
+        let len = param.shape.num_elements();
+        let takes = kernel_takes(
+            (param.dtype, len),
+            (grad.dtype, grad.shape.num_elements()),
+            [state.m.dtype, state.v.dtype, state.time.dtype],
+            found.map(|f| f.dtype),
+        );
+        if !takes || u32::try_from(len).is_err() {
+            return Routed::Declined((param, grad, state));
+        }
+        let client = param.client.clone();
+        let shape = param.shape.clone();
+        let mut inputs = vec![param, grad, state.m, state.v, state.time];
+        inputs.extend(found.cloned());
+        let streams = OperationStreams::with_inputs(inputs.iter());
+        let outputs: Vec<TensorIr> = [shape.clone(), shape.clone(), shape, Shape::new([1])]
+            .into_iter()
+            .map(|shape| TensorIr::uninit(client.create_empty_handle(), shape, DType::F32))
+            .collect();
+        let inputs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+        let desc = CustomOpIr::new("fused_adamw", &inputs, &outputs);
+        let op = AdamwFused::<B> {
+            desc: desc.clone(),
+            step: *step,
+            _backend: PhantomData,
+        };
+        let [param, m, v, time] = client
+            .register(streams, OperationIr::Custom(desc), op)
+            .outputs();
+        Routed::Ran((param, AdamwState { m, v, time }))
     }
 }

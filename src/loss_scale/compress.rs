@@ -11,6 +11,7 @@ use burn_amp_kernels::fp8::reference::{decode_scaled, encode_scaled};
 use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format};
 use burn_amp_kernels::half16::{Half16, reference as half16};
 
+use crate::cost;
 use crate::fp8::{GradientCompression, aps_scale};
 
 type Inner<B> = <B as AutodiffBackend>::InnerBackend;
@@ -37,8 +38,9 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Compress<'_> {
         let hosts: Vec<Option<Vec<f32>>> = grads
             .iter()
             .map(|g| {
-                g.as_ref()
-                    .map(|g| g.to_data().convert::<f32>().to_vec::<f32>().expect("f32"))
+                g.as_ref().map(|g| {
+                    cost::read(|| g.to_data().convert::<f32>().to_vec::<f32>().expect("f32"))
+                })
             })
             .collect();
         // The one scalar per layer that crosses workers: the maximum of their amaxes.

@@ -4,19 +4,23 @@
 use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{FloatDType, Tensor};
+use burn::tensor::{FloatDType, Tensor, TensorPrimitive};
+use burn_tensor::ops::{FloatTensor, FloatTensorOps};
 
 use std::sync::Arc;
 
 use burn_tensor::backend::DeviceOps;
 
 use super::compress::compress;
-use super::grads::{all_finite, unscale};
+use super::grads::{all_finite, nonfinite_count, unscale};
 use super::state::{Binding, LossScale, Pending};
 use super::{LossScaleConfig, LossScaleError, LossScaleOptimizerRecord};
 use crate::MixedPrecision;
-use crate::context::{self, ScaleSource};
+use crate::backend::scale;
+use crate::context::{self, DeviceSlot, ScaleSource};
+use crate::cost;
 use crate::fp8::GradientCompression;
+use crate::optim::as_fused;
 
 /// Wraps a Burn optimizer with loss scaling, for training under `mixed_float16`.
 ///
@@ -183,8 +187,8 @@ impl<O> LossScaleOptimizer<O> {
         unscale::<B, M>(grads, module, self.scale.scale())
     }
 
-    /// Checks the step's gradients and moves the scale; `true` when the step may proceed.
-    fn admit(&mut self, finite: impl FnOnce() -> bool) -> bool {
+    /// What the step must do, from what backward passes did since the last one.
+    fn pending(&mut self) -> Pending {
         self.unscaled = false;
         let pending = if self.is_manual() {
             Pending::Scaled
@@ -201,27 +205,50 @@ impl<O> LossScaleOptimizer<O> {
                  optimizer to its own device, or use manual mode"
             );
         }
+        pending
+    }
+
+    /// Manual mode: moves the host's scale by the step's finiteness; `true` when the step
+    /// may proceed.
+    fn admit_manual(&mut self, finite: bool) -> bool {
         let config = &self.scale.shared.config;
-        if pending == Pending::NotNeeded {
-            self.scale.lock().total_steps += 1;
-            return true;
-        }
-        let finite = finite();
         let schedule = self.scale.min_scale_schedule();
         let mut state = self.scale.lock();
         let at_floor = state.scale <= config.min_scale;
         state.update(finite, config, &schedule);
         if !finite && at_floor {
-            log::warn!(
-                "burn-amp: gradients are not finite at the minimum loss scale {} \
-                 ({} steps skipped so far): the model itself produces inf or NaN",
-                config.min_scale,
-                state.skipped_steps
-            );
+            warn_at_floor(config.min_scale, state.skipped_steps);
         }
         finite
     }
+
+    /// The devices' states.
+    fn slots(&self) -> Vec<DeviceSlot> {
+        self.scale.slots().into_iter().map(|(_, s)| s).collect()
+    }
+
+    /// Moves every device's scale by the rule, from the step's count (on the device).
+    fn move_scales<I: Backend>(&self, found: &FloatTensor<I>, slots: &[DeviceSlot]) {
+        let rule = self.scale.rule();
+        for slot in slots {
+            scale::existing::<I, _>(slot, |s| {
+                let device = I::float_device(&s.state);
+                let found = I::float_to_device(found.clone(), &device);
+                s.state = scale::step_rule::<I>(s.state.clone(), found, &rule);
+            });
+        }
+        self.scale.lock().total_steps += 1;
+    }
 }
+
+fn warn_at_floor(min_scale: f32, skipped: u64) {
+    log::warn!(
+        "burn-amp: gradients are not finite at the minimum loss scale {min_scale} ({skipped} \
+         steps skipped so far): the model itself produces inf or NaN"
+    );
+}
+
+type Inner<B> = <B as AutodiffBackend>::InnerBackend;
 
 impl<O, M, B> Optimizer<M, MixedPrecision<B>> for LossScaleOptimizer<O>
 where
@@ -231,15 +258,49 @@ where
 {
     type Record = LossScaleOptimizerRecord<O::Record>;
 
+    /// Under a loss scale: skips a step whose gradients overflowed and moves the scale.
+    /// Automatic mode decides on the device: with [`FusedAdamW`](crate::FusedAdamW) inside,
+    /// nothing is read back; with any other optimizer, the step's one read (the overflow
+    /// count) decides whether it runs.
     fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
         let grads = self.unscale_grads::<MixedPrecision<B>, M>(grads, &module);
-        if self.admit(|| all_finite::<MixedPrecision<B>, M>(&grads, &module)) {
-            let mut workers = [grads];
-            compress::<MixedPrecision<B>, M>(&mut workers, &module, compression(&module));
-            let [grads] = workers;
-            self.inner.step(lr, module, grads)
-        } else {
-            module
+        match self.pending() {
+            Pending::NotNeeded => {
+                self.scale.lock().total_steps += 1;
+                let grads = compressed::<B, M>(grads, &module);
+                self.inner.step(lr, module, grads)
+            }
+            _ if self.is_manual() => {
+                let finite = all_finite::<B, M>(&grads, &module);
+                if self.admit_manual(finite) {
+                    let grads = compressed::<B, M>(grads, &module);
+                    self.inner.step(lr, module, grads)
+                } else {
+                    module
+                }
+            }
+            _ => {
+                let slots = self.slots();
+                let Some(found) = nonfinite_count::<B, M>(&grads, &module) else {
+                    // No gradient to apply.
+                    self.scale.lock().total_steps += 1;
+                    return self.inner.step(lr, module, grads);
+                };
+                let grads = compressed::<B, M>(grads, &module);
+                let module = match as_fused::<O, M, MixedPrecision<B>>(&mut self.inner) {
+                    // The skip is decided on the device: nothing is read back.
+                    Some(fused) => fused.run(lr, module, grads.into(), Some(found.clone())),
+                    None => {
+                        if self.finite_on_host::<Inner<B>>(&found, &slots) {
+                            self.inner.step(lr, module, grads)
+                        } else {
+                            module
+                        }
+                    }
+                };
+                self.move_scales::<Inner<B>>(&found, &slots);
+                module
+            }
         }
     }
 
@@ -251,33 +312,69 @@ where
                 *g = unscale::<MixedPrecision<B>, M>(core::mem::take(g), &module, scale);
             }
         }
-        let finite = || {
-            grads
-                .grads
-                .iter()
-                .all(|(g, _)| all_finite::<MixedPrecision<B>, M>(g, &module))
-        };
-        if self.admit(finite) {
-            let how = compression(&module);
+        let how = compression(&module);
+        let compress_all = |grads: MultiGradientsParams| {
             let (mut workers, devices): (Vec<_>, Vec<_>) = grads.grads.into_iter().unzip();
             compress::<MixedPrecision<B>, M>(&mut workers, &module, how);
-            let grads = MultiGradientsParams {
+            MultiGradientsParams {
                 grads: workers.into_iter().zip(devices).collect(),
-            };
-            self.inner.step_multi(lr, module, grads)
-        } else {
-            module
+            }
+        };
+        match self.pending() {
+            Pending::NotNeeded => {
+                self.scale.lock().total_steps += 1;
+                let grads = compress_all(grads);
+                self.inner.step_multi(lr, module, grads)
+            }
+            _ if self.is_manual() => {
+                let finite = grads
+                    .grads
+                    .iter()
+                    .all(|(g, _)| all_finite::<B, M>(g, &module));
+                if self.admit_manual(finite) {
+                    let grads = compress_all(grads);
+                    self.inner.step_multi(lr, module, grads)
+                } else {
+                    module
+                }
+            }
+            _ => {
+                let slots = self.slots();
+                let counts = grads
+                    .grads
+                    .iter()
+                    .filter_map(|(g, _)| nonfinite_count::<B, M>(g, &module));
+                let Some(found) = counts.reduce(|a, b| {
+                    let device = Inner::<B>::float_device(&a);
+                    Inner::<B>::float_add(a, Inner::<B>::float_to_device(b, &device))
+                }) else {
+                    self.scale.lock().total_steps += 1;
+                    return self.inner.step_multi(lr, module, grads);
+                };
+                let grads = compress_all(grads);
+                let module = match as_fused::<O, M, MixedPrecision<B>>(&mut self.inner) {
+                    Some(fused) => fused.run(lr, module, grads.into(), Some(found.clone())),
+                    None => {
+                        if self.finite_on_host::<Inner<B>>(&found, &slots) {
+                            self.inner.step_multi(lr, module, grads)
+                        } else {
+                            module
+                        }
+                    }
+                };
+                self.move_scales::<Inner<B>>(&found, &slots);
+                module
+            }
         }
     }
 
     fn to_record(&self) -> Self::Record {
-        let state = *self.scale.lock();
         LossScaleOptimizerRecord {
             inner: self.inner.to_record(),
-            scale: state.scale,
-            good_steps: state.good_steps,
-            skipped_steps: state.skipped_steps,
-            total_steps: state.total_steps,
+            scale: self.scale.scale(),
+            good_steps: self.scale.good_steps(),
+            skipped_steps: self.scale.skipped_steps(),
+            total_steps: self.scale.total_steps(),
             min_scale_schedule: self.scale.min_scale_schedule(),
             fp8: self.scale.fp8_history().to_record(),
         }
@@ -295,6 +392,49 @@ where
         }
         self
     }
+}
+
+impl<O> LossScaleOptimizer<O> {
+    /// Whether the step's gradients were finite: the count and the first device's state
+    /// read back together (the step's one read), for the warning when the scale can fall
+    /// no further.
+    fn finite_on_host<I: Backend>(&self, found: &FloatTensor<I>, slots: &[DeviceSlot]) -> bool {
+        let state = slots
+            .first()
+            .and_then(|slot| scale::existing::<I, _>(slot, |s| s.state.clone()));
+        let mut parts = vec![found.clone()];
+        if let Some(state) = state {
+            let device = I::float_device(found);
+            parts.push(I::float_to_device(state, &device));
+        }
+        let values = cost::read(|| {
+            Tensor::<I, 1>::from_primitive(TensorPrimitive::Float(I::float_cat(parts, 0)))
+                .into_data()
+                .convert::<f32>()
+                .to_vec::<f32>()
+                .expect("f32 values")
+        });
+        let finite = values[0] == 0.0;
+        let min = self.scale.config().min_scale;
+        if let [_, scale, _, skipped] = values[..]
+            && !finite
+            && scale <= min
+        {
+            warn_at_floor(min, skipped as u64 + 1);
+        }
+        finite
+    }
+}
+
+/// The gradients, compressed as the policy says (`grads=aps`), for one worker.
+fn compressed<B: AutodiffBackend, M: AutodiffModule<MixedPrecision<B>>>(
+    grads: GradientsParams,
+    module: &M,
+) -> GradientsParams {
+    let mut workers = [grads];
+    compress::<MixedPrecision<B>, M>(&mut workers, module, compression(module));
+    let [grads] = workers;
+    grads
 }
 
 /// The gradient compression of the policy in force on `module`'s first device.
@@ -355,13 +495,12 @@ impl<O> LossScaleOptimizer<O> {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = record.min_scale_schedule;
         self.inner = self.inner.clone().load_record(record.inner);
-        let mut state = self.scale.lock();
-        state.scale = record.scale;
-        state.good_steps = record.good_steps;
-        state.skipped_steps = record.skipped_steps;
-        state.total_steps = record.total_steps;
-        state.pending = Pending::None;
-        drop(state);
+        self.scale.set(
+            record.scale,
+            record.good_steps,
+            record.skipped_steps,
+            record.total_steps,
+        );
         Ok(())
     }
 }

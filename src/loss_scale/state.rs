@@ -1,11 +1,13 @@
 //! The loss scale's state and its update rule, and the binding through which a backward
 //! pass applies it.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::LossScaleConfig;
 use super::config::{MinScaleStep, floor_at};
-use crate::context::ScaleSource;
+use crate::backend::scale::Rule;
+use crate::context::{DeviceKey, DeviceSlot, ScaleSource};
 use crate::fp8::Fp8History;
 
 /// What backward passes did since the last optimizer step.
@@ -20,7 +22,10 @@ pub(crate) enum Pending {
     NotNeeded,
 }
 
-/// The numbers that move: the scale and its counters.
+/// The numbers that move: the scale and its counters. In manual mode these are the scale;
+/// in automatic mode the devices' states are (see [`crate::backend::scale`]), and these are
+/// what a device's state starts from (the config's, or a loaded record's), with the step
+/// count, which only the host keeps.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct ScaleState {
     pub scale: f32,
@@ -71,6 +76,8 @@ impl ScaleState {
 pub(crate) struct Shared {
     pub config: LossScaleConfig,
     pub state: Mutex<ScaleState>,
+    /// Each device's state in automatic mode, made by its first scaled backward pass.
+    pub slots: Mutex<HashMap<DeviceKey, DeviceSlot>>,
     /// The minimum-scale schedule in force: the config's, or a loaded record's.
     pub schedule: Mutex<Vec<MinScaleStep>>,
     /// The state of stateful FP8 scalings on the bound devices.
@@ -86,12 +93,12 @@ pub struct LossScale {
 
 impl core::fmt::Debug for LossScale {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let state = *self.lock();
+        let [scale, good, skipped] = self.current();
         f.debug_struct("LossScale")
-            .field("scale", &state.scale)
-            .field("good_steps", &state.good_steps)
-            .field("skipped_steps", &state.skipped_steps)
-            .field("total_steps", &state.total_steps)
+            .field("scale", &scale)
+            .field("good_steps", &(good as u64))
+            .field("skipped_steps", &(skipped as u64))
+            .field("total_steps", &self.total_steps())
             .finish()
     }
 }
@@ -104,6 +111,7 @@ impl LossScale {
                 schedule: Mutex::new(config.min_scale_schedule.clone()),
                 config,
                 state,
+                slots: Mutex::new(HashMap::new()),
                 fp8: Fp8History::default(),
             }),
         }
@@ -113,14 +121,36 @@ impl LossScale {
         self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The current scale (what the next backward pass multiplies the loss by).
-    pub fn scale(&self) -> f32 {
-        self.lock().scale
+    /// The devices' states, in the order they were made.
+    pub(crate) fn slots(&self) -> Vec<(DeviceKey, DeviceSlot)> {
+        let slots = self.shared.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slots: Vec<_> = slots.iter().map(|(k, s)| (*k, s.clone())).collect();
+        slots.sort_by_key(|(k, _)| (k.1.type_id, k.1.index_id));
+        slots
     }
 
-    /// Steps skipped because their gradients were not finite.
+    /// `[scale, good_steps, skipped_steps]`: read back from the first device's state when
+    /// there is one (automatic mode), else the host's.
+    fn current(&self) -> [f32; 3] {
+        let first = self.slots().into_iter().find_map(|(_, slot)| {
+            let guard = slot.lock().unwrap_or_else(|e| e.into_inner());
+            guard.as_ref().map(|s| s.read())
+        });
+        first.unwrap_or_else(|| {
+            let s = self.lock();
+            [s.scale, s.good_steps as f32, s.skipped_steps as f32]
+        })
+    }
+
+    /// The current scale (what the next backward pass multiplies the loss by). In automatic
+    /// mode it lives on the device: asking reads it back.
+    pub fn scale(&self) -> f32 {
+        self.current()[0]
+    }
+
+    /// Steps skipped because their gradients were not finite (read back, as `scale`).
     pub fn skipped_steps(&self) -> u64 {
-        self.lock().skipped_steps
+        self.current()[2] as u64
     }
 
     /// Steps taken or skipped so far.
@@ -128,9 +158,43 @@ impl LossScale {
         self.lock().total_steps
     }
 
-    /// Finite steps in a row since the scale last changed or overflowed.
+    /// Finite steps in a row since the scale last changed or overflowed (read back, as
+    /// `scale`).
     pub fn good_steps(&self) -> u64 {
-        self.lock().good_steps
+        self.current()[1] as u64
+    }
+
+    /// Sets the scale and its counters (a loaded record): on the host, and on every
+    /// device's state.
+    pub(crate) fn set(&self, scale: f32, good: u64, skipped: u64, total: u64) {
+        let mut state = self.lock();
+        state.scale = scale;
+        state.good_steps = good;
+        state.skipped_steps = skipped;
+        state.total_steps = total;
+        state.pending = Pending::None;
+        drop(state);
+        for (_, slot) in self.slots() {
+            let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(s) = guard.as_mut() {
+                s.write([scale, good as f32, skipped as f32]);
+            }
+        }
+    }
+
+    /// The rule of the coming step (its floor from the host's step count).
+    pub(crate) fn rule(&self) -> Rule {
+        let config = &self.shared.config;
+        let total = self.lock().total_steps + 1;
+        Rule {
+            dynamic: config.dynamic,
+            growth_interval: config.growth_interval as f32,
+            growth_factor: config.growth_factor,
+            backoff_factor: config.backoff_factor,
+            min_scale: config.min_scale,
+            max_scale: config.max_scale,
+            floor: floor_at(config.min_scale, &self.min_scale_schedule(), total),
+        }
     }
 
     /// The FP8 scaling state (amax histories, biases) of delayed and exponent-bias FP8
@@ -153,18 +217,28 @@ impl LossScale {
         &self.shared.config
     }
 
-    /// Called by the decorator's backward: the factor to multiply the loss by.
-    pub(crate) fn begin_backward(&self, needed: bool) -> f32 {
+    /// Called by the decorator's backward: whether it scales its loss.
+    pub(crate) fn begin_backward(&self, needed: bool) -> bool {
         let mut state = self.lock();
         if needed {
             state.pending = Pending::Scaled;
-            state.scale
-        } else {
-            if state.pending == Pending::None {
-                state.pending = Pending::NotNeeded;
-            }
-            1.0
+        } else if state.pending == Pending::None {
+            state.pending = Pending::NotNeeded;
         }
+        needed
+    }
+
+    /// `device`'s state slot, made empty on first use (the backward pass fills it).
+    pub(crate) fn slot(&self, device: DeviceKey) -> DeviceSlot {
+        let mut slots = self.shared.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.entry(device).or_default().clone()
+    }
+
+    /// What a new device state starts from: another device's state (read back, once per
+    /// device) when there is one, else the host's values (the config's, or a loaded
+    /// record's).
+    pub(crate) fn initial(&self) -> [f32; 3] {
+        self.current()
     }
 
     pub(crate) fn take_pending(&self) -> Pending {
@@ -178,8 +252,16 @@ impl LossScale {
 pub(crate) struct Binding(pub LossScale);
 
 impl ScaleSource for Binding {
-    fn begin_backward(&self, needed: bool) -> f32 {
+    fn begin_backward(&self, needed: bool) -> bool {
         self.0.begin_backward(needed)
+    }
+
+    fn slot(&self, device: DeviceKey) -> DeviceSlot {
+        self.0.slot(device)
+    }
+
+    fn initial(&self) -> [f32; 3] {
+        self.0.initial()
     }
 
     fn fp8_history(&self) -> Fp8History {

@@ -25,6 +25,7 @@ use super::history::Slot;
 use super::numerics::{self, Candidates, SiteTag};
 use super::rules;
 use super::scaling::{Fp8Formats, Fp8Role, Fp8Scaling};
+use crate::cost;
 use crate::fp8::Fp8Backend;
 use crate::fp8::backend::{float_vec, host_f32};
 
@@ -84,6 +85,7 @@ pub(crate) fn fake_quantize<I: Fp8Backend>(tensor: FloatTensor<I>, plan: Plan) -
             let candidates = Candidates::current(cast.format.layout());
             numerics::record::<I>(tag, plan.role, recipe, flat.clone(), &shape, &candidates);
         }
+        cost::fp8("fake_quantize");
         I::fp8_fake_quantize(flat, layout, cast, rule)
     } else {
         let decision = decide::<I>(&flat, &plan);
@@ -93,7 +95,10 @@ pub(crate) fn fake_quantize<I: Fp8Backend>(tensor: FloatTensor<I>, plan: Plan) -
         }
         match decision.scale {
             Some(scale) => round_trip::<I>(flat, scale, layout, decision.cast, dtype),
-            None => I::fp8_fake_quantize(flat, layout, decision.cast, rule),
+            None => {
+                cost::fp8("fake_quantize");
+                I::fp8_fake_quantize(flat, layout, decision.cast, rule)
+            }
         }
     };
     debug_assert_eq!(FloatDType::from(values.dtype()), dtype);
@@ -111,13 +116,16 @@ fn round_trip<I: Fp8Backend>(
     let device = I::float_device(&flat);
     let scales = float_vec::<I>(vec![scale.scale], &device);
     let scale_invs = float_vec::<I>(vec![scale.scale_inv], &device);
+    cost::fp8("quantize");
     let codes = I::fp8_quantize(flat, scales, layout, cast);
+    cost::fp8("dequantize");
     I::fp8_dequantize(codes, scale_invs, layout, cast.format, dtype)
 }
 
 /// The per-tensor amax (one read back to the host).
 fn amax<I: Fp8Backend>(flat: &FloatTensor<I>) -> f32 {
     let len = flat.shape().num_elements() as u32;
+    cost::fp8("amax");
     host_f32::<I>(I::fp8_amax(flat.clone(), BlockLayout::per_tensor(len)))[0]
 }
 
@@ -234,7 +242,7 @@ fn lost_counts<I: Fp8Backend>(
             under + over
         })
         .collect();
-    let data = Tensor::cat(lost, 0).into_data().convert::<i64>();
+    let data = cost::read(|| Tensor::cat(lost, 0).into_data()).convert::<i64>();
     let v = data.to_vec::<i64>().expect("counts");
     (count, [v[0].max(0) as u64, v[1].max(0) as u64])
 }

@@ -1,0 +1,21 @@
+//! Optimizers made for mixed precision.
+//!
+//! [`FusedAdamW`] is Burn's `AdamW` (the same update, the same defaults, the same record)
+//! with each parameter's update done in one pass: the parameter, its gradient and both
+//! moments read once, the parameter and the moments written once, in place where nothing
+//! else holds them, with no temporaries the size of a parameter. Inside a
+//! [`LossScaleOptimizer`](crate::LossScaleOptimizer) it skips an overflowed step on the
+//! device, so a step needs no read back to the host.
+//!
+//! Each backend runs it as its kernels allow (`kernels`): Flex on burn-amp's CPU kernel
+//! (SIMD, threaded), Burn's wgpu and CUDA backends (fused or not) on its CubeCL kernel, every
+//! other backend through Burn tensor ops with the same arithmetic.
+
+mod adamw;
+mod kernels;
+pub(crate) use kernels::{AdamwKernel, kernel_takes};
+mod record;
+
+pub(crate) use adamw::as_fused;
+pub use adamw::{FusedAdamW, FusedAdamWConfig};
+pub use record::RecordError;
