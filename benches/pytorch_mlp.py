@@ -29,6 +29,13 @@ def mlp(width: int) -> nn.Module:
     )
 
 
+def stack(width: int, layers: int) -> nn.Module:
+    blocks = []
+    for _ in range(layers):
+        blocks += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*blocks, nn.Linear(width, 10))
+
+
 class Encoder(nn.Module):
     def __init__(self, d_model: int, layers: int):
         super().__init__()
@@ -45,6 +52,8 @@ class Encoder(nn.Module):
 
 WORKLOADS = {
     "mlp": ("MLP 784-4096-4096-10, batch 128", lambda: mlp(4096), (128, 784)),
+    "mlp-b1024": ("MLP 784-4096-4096-10, batch 1024", lambda: mlp(4096), (1024, 784)),
+    "stack": ("linear stack 1024 x4, batch 512", lambda: stack(1024, 4), (512, 1024)),
     "encoder": (
         "Transformer encoder d=256 x4, seq 128, batch 16",
         lambda: Encoder(256, 4),
@@ -59,6 +68,20 @@ WORKLOADS = {
         (8, 1024, 32),
     ),
 }
+
+
+def cpu_flags() -> str:
+    """The CPU model and its 16-bit arithmetic flags, as every CPU row must name them."""
+    try:
+        info = open("/proc/cpuinfo").read()
+    except OSError:
+        return "unknown CPU"
+    model = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), "unknown CPU")
+    flags = next((l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags")), [])
+    wanted = ["avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "avx512f", "f16c"]
+    have = [f for f in wanted if f in flags]
+    missing = [f for f in wanted if f not in flags]
+    return f"{model} (has {', '.join(have) or 'none of them'}; lacks {', '.join(missing) or 'none'})"
 
 
 def sync(device: str):
@@ -111,13 +134,24 @@ def main():
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--workloads", default="mlp,encoder", help="comma-separated: mlp, encoder, mlp-gpu, encoder-gpu")
+    parser.add_argument(
+        "--workloads",
+        default="mlp,encoder",
+        help="comma-separated: mlp, mlp-b1024, stack, encoder, mlp-gpu, encoder-gpu",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes: checks the script runs, figures meaningless"
+    )
     parser.add_argument(
         "--policies", default="mixed_float16,mixed_bfloat16", help="comma-separated policy names"
     )
     args = parser.parse_args()
     device = args.device
-    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads, {cpu_flags()}"
+    if args.quick:
+        WORKLOADS.update(
+            {w: (f"{label} (--quick: width 64, batch 8)", lambda: mlp(64), (8, 784)) for w, (label, _, _) in WORKLOADS.items()}
+        )
     known = {"mixed_float16": torch.float16, "mixed_bfloat16": torch.bfloat16}
     policies = args.policies.split(",")
     unknown = [p for p in policies if p not in known]

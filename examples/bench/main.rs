@@ -7,13 +7,17 @@
 //! ```
 
 mod alloc;
+mod cpu;
 mod kernels;
 mod models;
+mod phases;
 mod report;
 mod stats;
 mod training;
 
 use burn::backend::{Autodiff, Flex, Wgpu};
+
+mod pytorch;
 use models::Workload;
 pub use report::{Goal, Row};
 
@@ -25,18 +29,22 @@ fn progress(msg: &str) {
 }
 
 fn main() {
-    let (mut quick, mut out) = (false, None);
+    let (mut quick, mut out, mut only) = (false, None, None);
+    let mut python = "python3".to_string();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match (arg.as_str(), &out) {
             ("--quick", _) => quick = true,
             ("--out", None) => out = args.next(),
+            ("--only", _) => only = args.next(),
+            ("--python", _) => python = args.next().unwrap_or(python),
             _ => {
-                eprintln!("usage: bench [--quick] [--out FILE]");
+                eprintln!("usage: bench [--quick] [--out FILE] [--only cpu|wgpu] [--python PATH]");
                 std::process::exit(2);
             }
         }
     }
+    let run = |section: &str| only.as_deref().is_none_or(|o| o == section);
     let out = out.unwrap_or_else(|| {
         if quick {
             "target/BENCHMARKS-quick.md".into()
@@ -83,45 +91,64 @@ fn main() {
     let flex = "Flex (CPU)";
     let wgpu = "wgpu (lavapipe)";
     let mut rows = Vec::new();
-    progress("decorator overhead on Flex");
-    rows.push(training::overhead::<Autodiff<Flex>>(mlp, runs, flex));
-    progress("decorator overhead on wgpu");
-    rows.push(training::overhead::<Autodiff<Wgpu>>(mlp_small, runs, wgpu));
-    progress("policies on Flex (MLP)");
-    rows.extend(training::policies::<Autodiff<Flex>>(
-        mlp,
-        &["mixed_float16", "mixed_bfloat16"],
-        runs,
-        flex,
-        true,
-    ));
-    progress("policies on Flex (Transformer encoder)");
-    rows.extend(training::policies::<Autodiff<Flex>>(
-        encoder,
-        &["mixed_float16", "mixed_bfloat16"],
-        runs,
-        flex,
-        true,
-    ));
-    progress("policies on wgpu");
-    rows.extend(training::policies::<Autodiff<Wgpu>>(
-        mlp_small,
-        &["mixed_float16"],
-        runs,
-        wgpu,
-        false,
-    ));
-    progress("kernels on wgpu");
-    rows.extend(kernels::rows::<cubecl::wgpu::WgpuRuntime>(
-        &Default::default(),
-        quick,
-        runs,
-        wgpu,
-    ));
+    let mut extra = String::new();
+    if run("cpu") {
+        progress("CPU kernels and steps on Flex");
+        let (cpu_rows, breakdown, ours) = cpu::rows(quick, runs);
+        rows.extend(cpu_rows);
+        progress("peak memory on Flex");
+        rows.extend(training::memory::<Autodiff<Flex>>(
+            mlp,
+            &["mixed_float16", "mixed_bfloat16"],
+            flex,
+        ));
+        rows.extend(training::memory::<Autodiff<Flex>>(
+            encoder,
+            &["mixed_float16", "mixed_bfloat16"],
+            flex,
+        ));
+        extra.push_str(
+            "
+### Step by phase on Flex
+",
+        );
+        extra.push_str(&breakdown);
+        progress("PyTorch on the CPU");
+        let (torch_md, torch) = pytorch::section(quick, &python, cpu::has_bf16_dot());
+        rows.extend(cpu::torch_rows(&ours, &torch));
+        extra.push_str(&torch_md);
+    }
+    if run("wgpu") {
+        progress("decorator overhead on wgpu");
+        rows.push(training::overhead::<Autodiff<Wgpu>>(mlp_small, runs, wgpu));
+        progress("policies on wgpu");
+        rows.extend(training::policies::<Autodiff<Wgpu>>(
+            mlp_small,
+            &["mixed_float16"],
+            runs,
+            wgpu,
+        ));
+        progress("FusedAdamW on wgpu");
+        rows.push(training::fused_vs_adam::<Autodiff<Wgpu>>(
+            mlp_small,
+            &Default::default(),
+            runs,
+            wgpu,
+            None,
+        ));
+        progress("kernels on wgpu");
+        rows.extend(kernels::rows::<cubecl::wgpu::WgpuRuntime>(
+            &Default::default(),
+            quick,
+            runs,
+            wgpu,
+        ));
+    }
     #[cfg(feature = "cuda")]
     rows.extend(cuda_rows(mlp, encoder, runs, quick));
 
-    let table = report::table(&rows, runs, quick, &report::machine());
+    let mut table = report::table(&rows, runs, quick, &report::machine());
+    table.push_str(&extra);
     if let Err(e) = report::write(std::path::Path::new(&out), &table) {
         eprintln!("error: writing {out}: {e}");
         std::process::exit(2);
@@ -149,7 +176,6 @@ fn cuda_rows(mlp: Workload, encoder: Workload, runs: usize, quick: bool) -> Vec<
             &["mixed_float16", "mixed_bfloat16"],
             runs,
             &name,
-            false,
         ));
     }
     progress("kernels on CUDA");

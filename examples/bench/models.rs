@@ -10,7 +10,8 @@ use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, Int, Tensor};
-use burn_amp::{LossScaleOptimizer, MixedPrecision};
+use burn_amp::{FusedAdamWConfig, LossScaleOptimizer, MixedPrecision};
+use std::time::Instant;
 
 #[derive(Module, Debug)]
 pub struct Mlp<B: Backend> {
@@ -33,6 +34,34 @@ impl<B: Backend> Mlp<B> {
     fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
         let x = self.relu.forward(self.l1.forward(x));
         self.l3.forward(self.relu.forward(self.l2.forward(x)))
+    }
+}
+
+/// A matmul-heavy stack: `layers` square linear layers with ReLU, then a 10-way head.
+#[derive(Module, Debug)]
+pub struct Stack<B: Backend> {
+    layers: Vec<Linear<B>>,
+    head: Linear<B>,
+    relu: Relu,
+}
+
+impl<B: Backend> Stack<B> {
+    pub fn new(width: usize, layers: usize, device: &B::Device) -> Self {
+        Self {
+            layers: (0..layers)
+                .map(|_| LinearConfig::new(width, width).init(device))
+                .collect(),
+            head: LinearConfig::new(width, 10).init(device),
+            relu: Relu::new(),
+        }
+    }
+
+    fn forward(&self, x: Tensor<B, 2>) -> Tensor<B, 2> {
+        let x = self
+            .layers
+            .iter()
+            .fold(x, |x, l| self.relu.forward(l.forward(x)));
+        self.head.forward(x)
     }
 }
 
@@ -67,6 +96,13 @@ pub enum Workload {
         width: usize,
         batch: usize,
     },
+    /// The GPU suite, which shares this file, does not train it.
+    #[allow(dead_code)]
+    Stack {
+        width: usize,
+        layers: usize,
+        batch: usize,
+    },
     Encoder {
         d_model: usize,
         layers: usize,
@@ -76,9 +112,29 @@ pub enum Workload {
 }
 
 impl Workload {
+    /// The parameters of the workload's model.
+    pub fn params(&self) -> usize {
+        match *self {
+            Workload::Mlp { width, .. } => {
+                784 * width + width + width * width + width + width * 10 + 10
+            }
+            Workload::Stack { width, layers, .. } => {
+                layers * (width * width + width) + width * 10 + 10
+            }
+            Workload::Encoder {
+                d_model, layers, ..
+            } => layers * d_model * d_model * 12,
+        }
+    }
+
     pub fn describe(&self) -> String {
         match *self {
             Self::Mlp { width, batch } => format!("MLP 784-{width}-{width}-10, batch {batch}"),
+            Self::Stack {
+                width,
+                layers,
+                batch,
+            } => format!("linear stack {width} x{layers}, batch {batch}"),
             Self::Encoder {
                 d_model,
                 layers,
@@ -93,7 +149,13 @@ impl Workload {
 
 /// One training step, ready to run again and again.
 pub trait Step {
-    fn step(&mut self);
+    fn step(&mut self) {
+        self.phases();
+    }
+
+    /// One step, timed by phase: forward (to the loss), backward (to the gradients),
+    /// optimizer step; seconds, the device synced after each.
+    fn phases(&mut self) -> [f64; 3];
 }
 
 struct Trainer<B: AutodiffBackend, M, O> {
@@ -110,21 +172,33 @@ where
     M: AutodiffModule<B>,
     O: Optimizer<M, B>,
 {
-    fn step(&mut self) {
+    fn phases(&mut self) -> [f64; 3] {
+        let device = self.x.device();
+        let sync = || {
+            let _ = B::sync(&device);
+        };
+        let t0 = Instant::now();
         let model = self.model.take().unwrap();
         let logits = (self.forward)(&model, &self.x);
         let loss = CrossEntropyLossConfig::new()
             .init(&logits.device())
             .forward(logits, self.y.clone());
+        sync();
+        let t1 = Instant::now();
         let grads = GradientsParams::from_grads(loss.backward(), &model);
+        sync();
+        let t2 = Instant::now();
         self.model = Some(self.optim.step(1e-4, model, grads));
-        let _ = B::sync(&self.x.device());
+        sync();
+        let t3 = Instant::now();
+        [t1 - t0, t2 - t1, t3 - t2].map(|d| d.as_secs_f64())
     }
 }
 
 fn data<B: Backend>(workload: Workload, device: &B::Device) -> (Tensor<B, 3>, Tensor<B, 1, Int>) {
     let (shape, batch) = match workload {
         Workload::Mlp { batch, .. } => ([batch, 1, 784], batch),
+        Workload::Stack { width, batch, .. } => ([batch, 1, width], batch),
         Workload::Encoder { seq, batch, .. } => ([batch, seq, 32], batch),
     };
     let x = Tensor::random(shape, Distribution::Default, device);
@@ -136,56 +210,154 @@ fn mlp_forward<B: Backend>(m: &Mlp<B>, x: &Tensor<B, 3>) -> Tensor<B, 2> {
     m.forward(x.clone().squeeze_dim::<2>(1))
 }
 
+fn stack_forward<B: Backend>(m: &Stack<B>, x: &Tensor<B, 3>) -> Tensor<B, 2> {
+    m.forward(x.clone().squeeze_dim::<2>(1))
+}
+
 fn encoder_forward<B: Backend>(m: &Encoder<B>, x: &Tensor<B, 3>) -> Tensor<B, 2> {
     m.forward(x.clone())
 }
 
-/// A training step on the bare backend `B` (Adam).
-pub fn bare<B: AutodiffBackend>(workload: Workload, device: &B::Device) -> Box<dyn Step> {
-    B::seed(device, 1);
-    let (x, y) = data::<B>(workload, device);
-    match workload {
-        Workload::Mlp { width, .. } => Box::new(Trainer {
-            model: Some(Mlp::<B>::new(width, device)),
-            optim: AdamConfig::new().init::<B, Mlp<B>>(),
-            forward: mlp_forward::<B>,
-            x,
-            y,
-        }),
-        Workload::Encoder {
-            d_model, layers, ..
-        } => Box::new(Trainer {
-            model: Some(Encoder::<B>::new(d_model, layers, device)),
-            optim: AdamConfig::new().init::<B, Encoder<B>>(),
-            forward: encoder_forward::<B>,
-            x,
-            y,
-        }),
+/// Which optimizer a step trains with: Burn's Adam, or burn-amp's fused one (Adam: no
+/// weight decay), the same update.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Opt {
+    BurnAdam,
+    FusedAdam,
+}
+
+impl Opt {
+    pub fn name(self) -> &'static str {
+        match self {
+            Opt::BurnAdam => "Burn's Adam",
+            Opt::FusedAdam => "FusedAdamW (Adam)",
+        }
     }
 }
 
-/// A training step on `MixedPrecision<B>` under the device's policy (Adam wrapped in a
-/// `LossScaleOptimizer`, as a user would under any policy).
+/// One trainer of `$model` on `$x`, `$y`, with the optimizer `$opt` asks for, each
+/// optimizer made by `$make` (which wraps it, or not).
+macro_rules! trainer {
+    ($opt:expr, $backend:ty, $module:ident, $model:expr, $forward:expr, $x:expr, $y:expr, $make:expr) => {
+        match $opt {
+            Opt::BurnAdam => Box::new(Trainer {
+                model: Some($model),
+                optim: $make(AdamConfig::new().init::<$backend, $module<$backend>>()),
+                forward: $forward,
+                x: $x,
+                y: $y,
+            }) as Box<dyn Step>,
+            Opt::FusedAdam => Box::new(Trainer {
+                model: Some($model),
+                optim: $make(FusedAdamWConfig::adam().init::<$backend, $module<$backend>>()),
+                forward: $forward,
+                x: $x,
+                y: $y,
+            }),
+        }
+    };
+}
+
+/// A training step on the bare backend `B` (Burn's Adam).
+#[allow(dead_code)]
+pub fn bare<B: AutodiffBackend>(workload: Workload, device: &B::Device) -> Box<dyn Step> {
+    bare_with::<B>(workload, device, Opt::BurnAdam)
+}
+
+/// A training step on the bare backend `B` with optimizer `opt`.
+pub fn bare_with<B: AutodiffBackend>(
+    workload: Workload,
+    device: &B::Device,
+    opt: Opt,
+) -> Box<dyn Step> {
+    B::seed(device, 1);
+    let (x, y) = data::<B>(workload, device);
+    match workload {
+        Workload::Mlp { width, .. } => {
+            trainer!(
+                opt,
+                B,
+                Mlp,
+                Mlp::<B>::new(width, device),
+                mlp_forward::<B>,
+                x,
+                y,
+                core::convert::identity
+            )
+        }
+        Workload::Stack { width, layers, .. } => trainer!(
+            opt,
+            B,
+            Stack,
+            Stack::<B>::new(width, layers, device),
+            stack_forward::<B>,
+            x,
+            y,
+            core::convert::identity
+        ),
+        Workload::Encoder {
+            d_model, layers, ..
+        } => trainer!(
+            opt,
+            B,
+            Encoder,
+            Encoder::<B>::new(d_model, layers, device),
+            encoder_forward::<B>,
+            x,
+            y,
+            core::convert::identity
+        ),
+    }
+}
+
+/// A training step on `MixedPrecision<B>` under the device's policy (Burn's Adam wrapped in
+/// a `LossScaleOptimizer`, as a user would under any policy).
+#[allow(dead_code)]
 pub fn mixed<B: AutodiffBackend>(workload: Workload, device: &B::Device) -> Box<dyn Step> {
+    mixed_with::<B>(workload, device, Opt::BurnAdam)
+}
+
+/// A training step on `MixedPrecision<B>` with `opt` wrapped in a `LossScaleOptimizer`.
+pub fn mixed_with<B: AutodiffBackend>(
+    workload: Workload,
+    device: &B::Device,
+    opt: Opt,
+) -> Box<dyn Step> {
     type M<B> = MixedPrecision<B>;
     <M<B> as Backend>::seed(device, 1);
     let (x, y) = data::<M<B>>(workload, device);
     match workload {
-        Workload::Mlp { width, .. } => Box::new(Trainer {
-            model: Some(Mlp::<M<B>>::new(width, device)),
-            optim: LossScaleOptimizer::new(AdamConfig::new().init::<M<B>, Mlp<M<B>>>()),
-            forward: mlp_forward::<M<B>>,
+        Workload::Mlp { width, .. } => trainer!(
+            opt,
+            M<B>,
+            Mlp,
+            Mlp::<M<B>>::new(width, device),
+            mlp_forward::<M<B>>,
             x,
             y,
-        }),
+            LossScaleOptimizer::new
+        ),
+        Workload::Stack { width, layers, .. } => trainer!(
+            opt,
+            M<B>,
+            Stack,
+            Stack::<M<B>>::new(width, layers, device),
+            stack_forward::<M<B>>,
+            x,
+            y,
+            LossScaleOptimizer::new
+        ),
         Workload::Encoder {
             d_model, layers, ..
-        } => Box::new(Trainer {
-            model: Some(Encoder::<M<B>>::new(d_model, layers, device)),
-            optim: LossScaleOptimizer::new(AdamConfig::new().init::<M<B>, Encoder<M<B>>>()),
-            forward: encoder_forward::<M<B>>,
+        } => trainer!(
+            opt,
+            M<B>,
+            Encoder,
+            Encoder::<M<B>>::new(d_model, layers, device),
+            encoder_forward::<M<B>>,
             x,
             y,
-        }),
+            LossScaleOptimizer::new
+        ),
     }
 }

@@ -13,6 +13,8 @@ const END: &str = "<!-- bench:end -->";
 pub enum Goal {
     AtMost(f64),
     AtLeast(f64),
+    /// A figure for reference, with no goal.
+    None,
 }
 
 /// One line of the report.
@@ -27,10 +29,11 @@ pub struct Row {
 }
 
 impl Row {
-    fn met(&self) -> bool {
+    fn met(&self) -> Option<bool> {
         match self.goal {
-            Goal::AtMost(g) => self.ratio <= g,
-            Goal::AtLeast(g) => self.ratio >= g,
+            Goal::AtMost(g) => Some(self.ratio <= g),
+            Goal::AtLeast(g) => Some(self.ratio >= g),
+            Goal::None => None,
         }
     }
 }
@@ -59,7 +62,8 @@ pub fn machine() -> String {
         .map(|kb| format!("{:.0} GiB", kb / 1024.0 / 1024.0))
         .unwrap_or_default();
     let host = format!(
-        "{cpu}, {cores} cores, {mem}; {} {}",
+        "{cpu} ({}), {cores} cores, {mem}; {} {}",
+        cpu_flags(),
         std::env::consts::OS,
         std::env::consts::ARCH
     );
@@ -77,6 +81,46 @@ pub fn machine() -> String {
         Some(gpus) => format!("GPU {gpus} (name, driver); host {host}"),
         None => host,
     }
+}
+
+/// The CPU's 16-bit arithmetic flags, present and absent, as every CPU figure must say.
+pub fn cpu_flags() -> String {
+    let flags: Vec<String> = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("flags")).map(|l| {
+                l.split(':')
+                    .nth(1)
+                    .unwrap_or("")
+                    .split_whitespace()
+                    .map(String::from)
+                    .collect()
+            })
+        })
+        .unwrap_or_default();
+    let wanted = [
+        "avx512_bf16",
+        "avx512_fp16",
+        "amx_bf16",
+        "avx512f",
+        "avx2",
+        "f16c",
+    ];
+    let (have, lacks): (Vec<&str>, Vec<&str>) =
+        wanted.iter().partition(|f| flags.iter().any(|g| g == *f));
+    format!(
+        "has {}; lacks {}",
+        if have.is_empty() {
+            "none of them".into()
+        } else {
+            have.join(", ")
+        },
+        if lacks.is_empty() {
+            "none".into()
+        } else {
+            lacks.join(", ")
+        }
+    )
 }
 
 fn date() -> String {
@@ -115,6 +159,7 @@ pub fn table(rows: &[Row], runs: usize, quick: bool, machine: &str) -> String {
         let goal = match r.goal {
             Goal::AtMost(g) => format!("<= {g}"),
             Goal::AtLeast(g) => format!(">= {g}"),
+            Goal::None => "-".into(),
         };
         let _ = writeln!(
             md,
@@ -125,7 +170,11 @@ pub fn table(rows: &[Row], runs: usize, quick: bool, machine: &str) -> String {
             r.measured,
             r.ratio,
             goal,
-            if r.met() { "yes" } else { "no" },
+            match r.met() {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "-",
+            },
             r.note
         );
     }

@@ -1,16 +1,15 @@
-//! The training loop: forward, `loss.backward()`, AdamW step through the
+//! The training loop: forward, `loss.backward()`, fused AdamW step through the
 //! `LossScaleOptimizer`; validation every `eval_every` steps; checkpoints and `--resume`.
 
 use std::time::Instant;
 
 use burn::data::dataloader::batcher::Batcher;
 use burn::module::{AutodiffModule, Module};
-use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::grad_clipping::GradientClippingConfig;
-use burn::optim::{AdamW, AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::ElementConversion;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn_amp::{LossScaleOptimizer, MixedPrecision};
+use burn_amp::{FusedAdamW, FusedAdamWConfig, LossScaleOptimizer, MixedPrecision};
 
 use crate::checkpoint::{self, TrainState};
 use crate::data::{self, Corpus, Rng, TextBatcher};
@@ -20,17 +19,17 @@ use crate::progress::{Progress, Status};
 use crate::run::{Options, Summary, label};
 
 /// AdamW as nanoGPT sets it for Shakespeare (betas 0.9/0.99, weight decay 0.1), with the
-/// gradient norm clipped at 1.
-pub fn adamw() -> AdamWConfig {
-    AdamWConfig::new()
+/// gradient norm clipped at 1: burn-amp's fused one (Burn's `AdamW` update, one pass per
+/// parameter; its checkpoints are Burn's `AdamW` records).
+pub fn adamw() -> FusedAdamWConfig {
+    FusedAdamWConfig::new()
         .with_beta_2(0.99)
         .with_weight_decay(0.1)
         .with_grad_clipping(Some(GradientClippingConfig::Norm(1.0)))
 }
 
 /// AdamW behind the `LossScaleOptimizer`, as both loops train.
-pub type Optim<B> =
-    LossScaleOptimizer<OptimizerAdaptor<AdamW, Gpt<MixedPrecision<B>>, MixedPrecision<B>>>;
+pub type Optim<B> = LossScaleOptimizer<FusedAdamW<Gpt<MixedPrecision<B>>, MixedPrecision<B>>>;
 
 /// The optimizer of both loops, bound to `device`: every backward pass on it applies this
 /// optimizer's loss scale.

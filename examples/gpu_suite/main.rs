@@ -19,8 +19,13 @@ mod fp8;
 #[path = "../bench/kernels.rs"]
 mod kernels;
 mod matmul;
+// Shared with the bench, which uses more of them.
 #[path = "../bench/models.rs"]
+#[allow(dead_code)]
 mod models;
+#[path = "../bench/phases.rs"]
+#[allow(dead_code)]
+mod phases;
 #[path = "../bench/report.rs"]
 #[allow(dead_code)]
 mod report;
@@ -150,9 +155,16 @@ fn speed<B: Backend, R: cubecl::Runtime>(
     ));
     for workload in [sizes.mlp, sizes.decoder] {
         rows.extend(training::policies::<Autodiff<B>>(
-            workload, policies, sizes.runs, name, false,
+            workload, policies, sizes.runs, name,
         ));
     }
+    rows.push(training::fused_vs_adam::<Autodiff<B>>(
+        sizes.mlp,
+        &Default::default(),
+        sizes.runs,
+        name,
+        None,
+    ));
     rows.extend(matmul::rows::<B>(&sizes.matmul, sizes.runs, name));
     rows.extend(kernels::rows::<R>(
         &Default::default(),
@@ -271,7 +283,18 @@ fn speed_on_flex(sizes: &Sizes, policies: &[&str], rows: &mut Vec<Row>) {
         policies,
         sizes.runs,
         name,
-        true,
+    ));
+    rows.extend(training::memory::<Autodiff<Flex>>(
+        sizes.decoder,
+        policies,
+        name,
+    ));
+    rows.push(training::fused_vs_adam::<Autodiff<Flex>>(
+        sizes.mlp,
+        &Default::default(),
+        sizes.runs,
+        name,
+        None,
     ));
     rows.extend(matmul::rows::<Flex>(&sizes.matmul, sizes.runs, name));
 }

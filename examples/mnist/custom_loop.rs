@@ -4,11 +4,11 @@
 use std::time::Instant;
 
 use burn::module::AutodiffModule;
-use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+use burn::optim::{GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Tensor};
 use burn_amp::fp8::Fp8Numerics;
-use burn_amp::{LossScaleOptimizer, MixedPrecision};
+use burn_amp::{FusedAdamWConfig, LossScaleOptimizer, MixedPrecision};
 
 use crate::data::{Digit, DigitBatcher, shuffled};
 use crate::model::KerasMlp;
@@ -25,7 +25,8 @@ pub fn train<B: AutodiffBackend>(
 ) -> f64 {
     type M<B> = MixedPrecision<B>;
     let mut model = KerasMlp::<M<B>>::new(device);
-    let mut optim = LossScaleOptimizer::new(AdamConfig::new().init::<M<B>, KerasMlp<M<B>>>());
+    let mut optim =
+        LossScaleOptimizer::new(FusedAdamWConfig::adam().init::<M<B>, KerasMlp<M<B>>>());
 
     let mut accuracy = 0.0;
     for epoch in 1..=options.epochs {

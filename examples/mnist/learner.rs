@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use burn::data::dataloader::DataLoaderBuilder;
 use burn::data::dataset::InMemDataset;
-use burn::optim::AdamConfig;
 use burn::tensor::backend::AutodiffBackend;
 use burn::train::metric::{AccuracyMetric, LossMetric, MetricDefinition, MetricId};
 use burn::train::renderer::{
@@ -15,7 +14,10 @@ use burn::train::renderer::{
     MetricsRendererTraining, ProgressType, TrainingProgress,
 };
 use burn::train::{Learner, SupervisedTraining};
-use burn_amp::{LossScale, LossScaleConfig, LossScaleMetric, MixedPrecision, SkippedStepsMetric};
+use burn_amp::{
+    FusedAdamWConfig, LossScale, LossScaleConfig, LossScaleMetric, MixedPrecision,
+    SkippedStepsMetric,
+};
 
 use crate::data::{Digit, DigitBatcher};
 use crate::model::KerasMlp;
@@ -42,7 +44,7 @@ pub fn train<B: AutodiffBackend>(
     // Bound to the device the Learner trains on: its backward passes apply this scale.
     let optim = LossScaleConfig::new()
         .init_on(
-            AdamConfig::new().init::<M<B>, KerasMlp<M<B>>>(),
+            FusedAdamWConfig::adam().init::<M<B>, KerasMlp<M<B>>>(),
             core::slice::from_ref(device),
         )
         .expect("no other automatic LossScaleOptimizer is bound to the device");

@@ -1,0 +1,578 @@
+//! The CPU rows (Flex): burn-amp's casts against a copy and against Flex's own cast, its
+//! GEMM against Flex's f32 matmul, and training steps of each mixed policy against float32,
+//! with burn-amp's CPU kernels (`kernels=auto`, the default) and without them
+//! (`kernels=backend`: every cast a separate Flex op, Flex's matmul), by phase.
+//!
+//! The goals depend on the CPU: with `avx512_bf16` a bf16 product is faster than an f32
+//! one and `mixed_bfloat16` must be faster than float32; without it bf16 runs at f32
+//! speed and mixed precision must cost (almost) nothing.
+
+use std::fmt::Write as _;
+
+use burn::backend::{Autodiff, Flex};
+use burn::tensor::{Distribution, FloatDType, Tensor};
+use burn_amp::{MixedPrecision, Policy, policy::Kernels};
+use burn_amp_kernels::cpu::Isa;
+use burn_amp_kernels::cpu::isa::IsaLevel;
+use rayon::prelude::*;
+
+use crate::models::{Opt, Workload, bare_with, mixed_with};
+use crate::phases::{Phases, time_pair_phases};
+use crate::stats::{Summary, time_pair};
+use crate::{Goal, Row, progress};
+
+const FLEX: &str = "Flex (CPU)";
+
+/// Whether this CPU multiplies bf16 faster than f32.
+pub fn has_bf16_dot() -> bool {
+    Isa::detect().level() == IsaLevel::Avx512Bf16
+}
+
+/// burn-amp's step times the PyTorch rows compare with: `(workload label, policy,
+/// median ms)`, with FusedAdamW (PyTorch trains with its own Adam, which is one pass too).
+pub type OurSteps = Vec<(String, String, f64)>;
+
+/// The CPU rows, the phase breakdown (Markdown), and burn-amp's steps for the PyTorch rows.
+pub fn rows(quick: bool, runs: usize) -> (Vec<Row>, String, OurSteps) {
+    let mut rows = casts(quick, runs);
+    rows.extend(matmuls(quick, runs));
+    let mut breakdown = String::new();
+    let workloads: Vec<(Workload, bool)> = if quick {
+        vec![(
+            Workload::Mlp {
+                width: 64,
+                batch: 8,
+            },
+            true,
+        )]
+    } else {
+        vec![
+            (
+                Workload::Mlp {
+                    width: 4096,
+                    batch: 128,
+                },
+                true,
+            ),
+            (
+                Workload::Mlp {
+                    width: 4096,
+                    batch: 1024,
+                },
+                false,
+            ),
+            (
+                Workload::Stack {
+                    width: 1024,
+                    layers: 4,
+                    batch: 512,
+                },
+                false,
+            ),
+            (
+                Workload::Encoder {
+                    d_model: 256,
+                    layers: 4,
+                    seq: 128,
+                    batch: 16,
+                },
+                false,
+            ),
+        ]
+    };
+    for (workload, detailed) in workloads.iter().copied() {
+        let (r, md, _) = steps(workload, runs, detailed, Opt::BurnAdam);
+        rows.extend(r);
+        breakdown.push_str(&md);
+    }
+    breakdown.push_str(&flex_elementwise(quick, runs));
+    // The same steps with FusedAdamW on both sides, and the optimizer step against memory.
+    let mut fused_md = String::new();
+    let mut fused_mlp = None;
+    let mut ours = OurSteps::new();
+    for (workload, detailed) in workloads {
+        let (r, md, phases) = steps(workload, runs, detailed, Opt::FusedAdam);
+        rows.extend(r);
+        fused_md.push_str(&md);
+        for (policy, p) in &phases {
+            ours.push((workload.describe(), policy.clone(), p.total.median * 1e3));
+        }
+        if detailed {
+            fused_mlp = Some((workload, phases));
+        }
+    }
+    if let Some((workload, phases)) = fused_mlp {
+        rows.extend(optimizer_rows(workload, &phases, runs));
+    }
+    (
+        rows,
+        breakdown + "\n### The same steps with FusedAdamW on both sides\n" + &fused_md,
+        ours,
+    )
+}
+
+/// burn-amp's steps against PyTorch's on the same workloads, same run: each mixed policy
+/// against PyTorch's autocast step of it, float32 against float32.
+pub fn torch_rows(ours: &OurSteps, torch: &[crate::pytorch::TorchRow]) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for t in torch {
+        let find = |policy: &str| {
+            ours.iter()
+                .find(|(w, p, _)| *w == t.workload && p == policy)
+                .map(|(_, _, ms)| *ms)
+        };
+        if let Some(mixed) = find(&t.policy) {
+            rows.push(Row {
+                what: format!(
+                    "burn-amp {} step vs PyTorch's autocast step, {}",
+                    t.policy, t.workload
+                ),
+                backend: FLEX.into(),
+                baseline: format!("PyTorch {:.1} ms", t.mixed_ms),
+                measured: format!("burn-amp (FusedAdamW) {mixed:.1} ms"),
+                ratio: mixed / t.mixed_ms,
+                goal: Goal::AtMost(1.0),
+                note: "same CPU, same run; PyTorch: torch.autocast (+ GradScaler for f16), Adam"
+                    .into(),
+            });
+        }
+        if let Some(f32) = find("float32") {
+            rows.push(Row {
+                what: format!(
+                    "burn-amp float32 step vs PyTorch's float32 step, {}",
+                    t.workload
+                ),
+                backend: FLEX.into(),
+                baseline: format!("PyTorch {:.1} ms", t.f32_ms),
+                measured: format!("burn-amp (Flex, FusedAdamW) {f32:.1} ms"),
+                ratio: f32 / t.f32_ms,
+                goal: Goal::None,
+                note: "for reference: Flex's f32 ops against PyTorch's".into(),
+            });
+        }
+    }
+    rows.dedup_by(|a, b| a.what == b.what);
+    rows
+}
+
+/// A step's phases by configuration: `(policy, kernels) -> phases`, and float32's.
+type StepPhases = Vec<(String, Phases)>;
+
+/// FusedAdamW's optimizer step against the memory traffic it must do (read the parameter,
+/// its gradient and both moments, write the parameter and the moments: 7 f32 streams),
+/// measured as a threaded pass doing exactly that traffic; and float32's step with it
+/// against Burn's Adam.
+fn optimizer_rows(workload: Workload, fused: &StepPhases, runs: usize) -> Vec<Row> {
+    let Some((_, fused_f32)) = fused.iter().find(|(name, _)| name == "float32") else {
+        return Vec::new();
+    };
+    let n = workload.params();
+    let (mut p, g, mut m, mut v) = (
+        vec![0.5f32; n],
+        vec![0.25f32; n],
+        vec![0.0f32; n],
+        vec![0.0f32; n],
+    );
+    let chunk = 1 << 15;
+    let (_, traffic) = time_pair(
+        1,
+        runs,
+        || {},
+        || {
+            p.par_chunks_mut(chunk)
+                .zip(g.par_chunks(chunk))
+                .zip(m.par_chunks_mut(chunk))
+                .zip(v.par_chunks_mut(chunk))
+                .for_each(|(((p, g), m), v)| {
+                    for i in 0..p.len() {
+                        p[i] += g[i];
+                        m[i] += g[i];
+                        v[i] += g[i];
+                    }
+                });
+        },
+    );
+    let bytes = 7.0 * 4.0 * n as f64;
+    let mut rows = vec![Row {
+        what: format!(
+            "Optimizer step, FusedAdamW, {} ({:.1}M f32 parameters): time vs the 7 f32 streams it must move",
+            workload.describe(),
+            n as f64 / 1e6
+        ),
+        backend: FLEX.into(),
+        baseline: format!(
+            "7 streams {} ms ({:.1} GB/s)",
+            traffic.ms(),
+            bytes / traffic.median / 1e9
+        ),
+        measured: format!("FusedAdamW {} ms", fused_f32.optimizer.ms()),
+        ratio: fused_f32.optimizer.median / traffic.median,
+        goal: Goal::AtMost(1.5),
+        note: "optimizer phase of the float32 step".into(),
+    }];
+    let device = Default::default();
+    rows.push(crate::training::fused_vs_adam::<Autodiff<Flex>>(
+        workload,
+        &device,
+        runs,
+        FLEX,
+        Some(0.75),
+    ));
+    rows
+}
+
+/// What lies in Burn's reach: Flex's elementwise ops by dtype (its f16 and bf16 paths
+/// convert each value on its own), against a threaded copy of the same f32 values.
+fn flex_elementwise(quick: bool, runs: usize) -> String {
+    let (rows, cols) = if quick { (64, 64) } else { (2048, 1024) };
+    let device = Default::default();
+    let x = Tensor::<Flex, 2>::random([rows, cols], Distribution::Default, &device);
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "\n**Flex's own elementwise ops by dtype** ({rows}x{cols} values; ms, median of {runs}; \
+         burn-amp does not run these: Burn's):\n"
+    );
+    let _ = writeln!(md, "| Op | f32 | bf16 | f16 |");
+    let _ = writeln!(md, "|---|---|---|---|");
+    type Op = fn(Tensor<Flex, 2>) -> Tensor<Flex, 2>;
+    let ops: [(&str, Op); 4] = [
+        ("add (x + x)", |t| t.clone() + t),
+        ("mul_scalar (x * 0.5)", |t| t.mul_scalar(0.5)),
+        ("relu", burn::tensor::activation::relu),
+        ("erf (GELU's)", |t| t.erf()),
+    ];
+    for (name, op) in ops {
+        let mut cells = Vec::new();
+        for dtype in [FloatDType::F32, FloatDType::BF16, FloatDType::F16] {
+            let t = x.clone().cast(dtype);
+            let (_, s) = time_pair(
+                1,
+                runs,
+                || {},
+                || {
+                    let _ = op(t.clone());
+                },
+            );
+            cells.push(format!("{:.2}", s.median * 1e3));
+        }
+        let _ = writeln!(md, "| {name} | {} |", cells.join(" | "));
+    }
+    md
+}
+
+/// The same values as a tensor of `MixedPrecision<Flex>` (same primitive, no copy).
+fn mixed_tensor(t: &Tensor<Flex, 2>) -> Tensor<MixedPrecision<Flex>, 2> {
+    Tensor::from_primitive(burn::tensor::TensorPrimitive::Float(
+        t.clone().into_primitive().tensor(),
+    ))
+}
+
+fn gbs(bytes: f64, s: &Summary) -> f64 {
+    bytes / s.median / 1e9
+}
+
+/// Casts of a 4096x4096 tensor: burn-amp's (through `MixedPrecision<Flex>`, into a new
+/// tensor) against a threaded copy of the same values into a new buffer (both pay for
+/// fresh pages), and against Flex's own cast.
+fn casts(quick: bool, runs: usize) -> Vec<Row> {
+    let n = if quick { 256 } else { 4096 };
+    let device = Default::default();
+    let x = Tensor::<Flex, 2>::random([n, n], Distribution::Default, &device);
+    let xm = mixed_tensor(&x);
+    let values: Vec<f32> = x.to_data().to_vec().unwrap();
+    let threaded_copy = || {
+        let mut copy = vec![0f32; values.len()];
+        copy.par_chunks_mut(1 << 16)
+            .zip(values.par_chunks(1 << 16))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+        copy
+    };
+    let mut out = Vec::new();
+    for (label, from, to) in [
+        ("f32 -> bf16", FloatDType::F32, FloatDType::BF16),
+        ("bf16 -> f32", FloatDType::BF16, FloatDType::F32),
+        ("f32 -> f16", FloatDType::F32, FloatDType::F16),
+    ] {
+        let src = xm.clone().cast(from);
+        let src_flex = x.clone().cast(from);
+        let (copy_t, ours) = time_pair(
+            1,
+            runs,
+            || drop(threaded_copy()),
+            || {
+                let _ = src.clone().cast(to);
+            },
+        );
+        let (_, flex) = time_pair(
+            1,
+            runs.min(3),
+            || {},
+            || {
+                let _ = src_flex.clone().cast(to);
+            },
+        );
+        let elems = (n * n) as f64;
+        let size = |d: FloatDType| if d == FloatDType::F32 { 4.0 } else { 2.0 };
+        let bytes = elems * (size(from) + size(to));
+        out.push(Row {
+            what: format!("Cast {label}, {n}x{n}, into a new tensor: bandwidth vs a threaded copy into a new buffer"),
+            backend: FLEX.into(),
+            baseline: format!(
+                "copy {:.1} GB/s, {} ms",
+                gbs(8.0 * elems, &copy_t),
+                copy_t.ms()
+            ),
+            measured: format!("{:.1} GB/s, {} ms", gbs(bytes, &ours), ours.ms()),
+            ratio: gbs(bytes, &ours) / gbs(8.0 * elems, &copy_t),
+            goal: Goal::AtLeast(0.5),
+            note: format!("Flex's own cast: {} ms", flex.ms()),
+        });
+    }
+    out
+}
+
+/// The MLP's three products in bf16 (x W, the weight gradient x^T g, the input gradient
+/// g W^T): burn-amp's GEMM reading the f32 weight against Flex's f32 matmul.
+fn matmuls(quick: bool, runs: usize) -> Vec<Row> {
+    let (m, k, n): (usize, usize, usize) = if quick {
+        (8, 64, 64)
+    } else {
+        (128, 4096, 4096)
+    };
+    let device = Default::default();
+    let flops = 2.0 * (m * k * n) as f64;
+    let x = Tensor::<Flex, 2>::random([m, k], Distribution::Default, &device);
+    let w = Tensor::<Flex, 2>::random([k, n], Distribution::Default, &device);
+    let g = Tensor::<Flex, 2>::random([m, n], Distribution::Default, &device);
+    let (xm, wm, gm) = (
+        mixed_tensor(&x).cast(FloatDType::BF16),
+        mixed_tensor(&w),
+        mixed_tensor(&g).cast(FloatDType::BF16),
+    );
+    let mut out = Vec::new();
+    type Op<'a> = Box<dyn Fn() + 'a>;
+    let products: [(&str, Op, Op); 3] = [
+        (
+            "x W (bf16 x, f32 W)",
+            Box::new(|| {
+                let _ = x.clone().matmul(w.clone());
+            }),
+            Box::new(|| {
+                let _ = xm.clone().matmul(wm.clone());
+            }),
+        ),
+        (
+            "weight gradient x^T g",
+            Box::new(|| {
+                let _ = x.clone().transpose().matmul(g.clone());
+            }),
+            Box::new(|| {
+                let _ = xm.clone().transpose().matmul(gm.clone());
+            }),
+        ),
+        (
+            "input gradient g W^T",
+            Box::new(|| {
+                let _ = g.clone().matmul(w.clone().transpose());
+            }),
+            Box::new(|| {
+                let _ = gm.clone().matmul(wm.clone().transpose());
+            }),
+        ),
+    ];
+    burn_amp::with_policy(Policy::mixed_bfloat16(), || {
+        for (label, f32_op, bf16_op) in products {
+            let (a, b) = time_pair(1, runs, f32_op, bf16_op);
+            out.push(Row {
+                what: format!("Matmul {m}x{k}x{n}, {label}: burn-amp bf16 vs Flex f32"),
+                backend: FLEX.into(),
+                baseline: format!(
+                    "Flex f32 {} ms, {:.0} GFLOP/s",
+                    a.ms(),
+                    flops / a.median / 1e9
+                ),
+                measured: format!("bf16 {} ms, {:.0} GFLOP/s", b.ms(), flops / b.median / 1e9),
+                ratio: b.median / a.median,
+                goal: Goal::AtMost(if has_bf16_dot() { 0.75 } else { 1.05 }),
+                note: format!("{} kernel", kernel_name()),
+            });
+        }
+    });
+    out
+}
+
+fn kernel_name() -> &'static str {
+    burn_amp_kernels::cpu::gemm::Kernel::select(
+        Isa::detect(),
+        burn_amp_kernels::cpu::cast::Format::Bf16,
+    )
+    .name()
+}
+
+/// The goal of a policy's step-time ratio on this CPU.
+fn step_goal(policy: &str, workload: Workload) -> f64 {
+    let bf16_dot = has_bf16_dot();
+    match (policy, workload) {
+        ("mixed_float16", _) => 1.10,
+        (_, _) if !bf16_dot => 1.05,
+        (_, Workload::Mlp { batch: 128, .. }) => 0.90,
+        (_, Workload::Mlp { .. }) => 0.65,
+        (_, Workload::Stack { .. }) => 0.75,
+        _ => 1.0,
+    }
+}
+
+/// Training steps of each mixed policy against float32 (bare `Autodiff<Flex>`), with and
+/// without burn-amp's kernels, by phase, both sides training with `opt`.
+fn steps(
+    workload: Workload,
+    runs: usize,
+    detailed: bool,
+    opt: Opt,
+) -> (Vec<Row>, String, StepPhases) {
+    type B = Autodiff<Flex>;
+    let device = Default::default();
+    progress(&format!(
+        "Flex steps, {}: {}",
+        opt.name(),
+        workload.describe()
+    ));
+    let mut base = bare_with::<B>(workload, &device, opt);
+    let mut rows = Vec::new();
+    let mut all = StepPhases::new();
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "\n**{}**, {} (Flex; ms, median of {runs}; float32 timed alternately with each):\n",
+        workload.describe(),
+        opt.name()
+    );
+    let _ = writeln!(
+        md,
+        "| Policy | Kernels | Forward | Backward | Optimizer | Step | Step / float32 |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+    let configs: Vec<(&str, Kernels)> = if detailed && opt == Opt::BurnAdam {
+        vec![
+            ("float32", Kernels::Auto),
+            ("mixed_bfloat16", Kernels::Backend),
+            ("mixed_bfloat16", Kernels::Auto),
+            ("mixed_float16", Kernels::Backend),
+            ("mixed_float16", Kernels::Auto),
+        ]
+    } else if detailed {
+        vec![
+            ("mixed_bfloat16", Kernels::Auto),
+            ("mixed_float16", Kernels::Auto),
+        ]
+    } else {
+        vec![
+            ("mixed_bfloat16", Kernels::Auto),
+            ("mixed_float16", Kernels::Auto),
+        ]
+    };
+    let mut base_line = None;
+    for (name, kernels) in configs {
+        let policy: Policy = name.parse::<Policy>().unwrap().with_kernels(kernels);
+        MixedPrecision::<B>::set_policy(&device, policy).unwrap();
+        let mut step = mixed_with::<B>(workload, &device, opt);
+        let (b, m) = time_pair_phases(1, runs, || base.phases(), || step.phases());
+        drop(step);
+        MixedPrecision::<B>::clear_policy(&device);
+        let ms = |s: &Summary| format!("{:.1}", s.median * 1e3);
+        if base_line.is_none() {
+            base_line = Some(b);
+            all.push(("float32".to_string(), b));
+            let _ = writeln!(
+                md,
+                "| float32 (bare Autodiff<Flex>) | - | {} | {} | {} | {} | 1 |",
+                ms(&b.forward),
+                ms(&b.backward),
+                ms(&b.optimizer),
+                ms(&b.total)
+            );
+        }
+        let ratio = m.total.median / b.total.median;
+        let _ = writeln!(
+            md,
+            "| {name} | {} | {} | {} | {} | {} | {ratio:.3} |",
+            kernels.name(),
+            ms(&m.forward),
+            ms(&m.backward),
+            ms(&m.optimizer),
+            ms(&m.total)
+        );
+        if kernels == Kernels::Backend {
+            continue;
+        }
+        all.push((name.to_string(), m));
+        rows.extend(step_rows(name, workload, &b, &m, opt));
+    }
+    (rows, md, all)
+}
+
+fn step_rows(name: &str, workload: Workload, b: &Phases, m: &Phases, opt: Opt) -> Vec<Row> {
+    let cpu = if has_bf16_dot() {
+        "avx512_bf16 CPU"
+    } else {
+        "CPU without avx512_bf16"
+    };
+    if opt == Opt::FusedAdam {
+        // The fused optimizer's goals: bf16 faster than float32 by 20% where the CPU has
+        // bf16 products, f16 (with its loss scale) no slower than float32.
+        let goal = match name {
+            "mixed_float16" => 1.0,
+            _ if has_bf16_dot() => 0.80,
+            _ => 1.0,
+        };
+        return vec![Row {
+            what: format!(
+                "{name} vs float32, both with FusedAdamW: step time, {}",
+                workload.describe()
+            ),
+            backend: FLEX.into(),
+            baseline: format!("float32 {} ms", b.total.ms()),
+            measured: format!("{name} {} ms", m.total.ms()),
+            ratio: m.total.median / b.total.median,
+            goal: Goal::AtMost(goal),
+            note: format!("{cpu}; mixed_float16 with LossScaleOptimizer<FusedAdamW>"),
+        }];
+    }
+    if name == "float32" {
+        return vec![Row {
+            what: format!("Decorator overhead: training step, {}", workload.describe()),
+            backend: FLEX.into(),
+            baseline: format!("autodiff<flex> {} ms", b.total.ms()),
+            measured: format!("MixedPrecision, float32: {} ms", m.total.ms()),
+            ratio: m.total.median / b.total.median,
+            goal: Goal::AtMost(1.02),
+            note: String::new(),
+        }];
+    }
+    let mut rows = vec![Row {
+        what: format!("{name} vs float32: step time, {}", workload.describe()),
+        backend: FLEX.into(),
+        baseline: format!("float32 {} ms", b.total.ms()),
+        measured: format!("{name} {} ms", m.total.ms()),
+        ratio: m.total.median / b.total.median,
+        goal: Goal::AtMost(step_goal(name, workload)),
+        note: format!("{cpu}; Burn's Adam on both sides"),
+    }];
+    if matches!(workload, Workload::Mlp { batch: 128, .. }) && name == "mixed_bfloat16" {
+        let fb = |p: &Phases| p.forward.median + p.backward.median;
+        rows.push(Row {
+            what: format!(
+                "{name} vs float32: forward + backward (no optimizer), {}",
+                workload.describe()
+            ),
+            backend: FLEX.into(),
+            baseline: format!("float32 {:.1} ms", fb(b) * 1e3),
+            measured: format!("{name} {:.1} ms", fb(m) * 1e3),
+            ratio: fb(m) / fb(b),
+            goal: Goal::AtMost(if has_bf16_dot() { 0.70 } else { 1.05 }),
+            note: cpu.into(),
+        });
+    }
+    rows
+}

@@ -1,0 +1,91 @@
+//! PyTorch's CPU autocast on the same workloads, in the same run: `benches/pytorch_mlp.py`
+//! when `torch` imports, else a line saying it did not.
+
+use std::process::Command;
+
+/// One row of PyTorch's table: the workload's label, the policy, and the float32 and mixed
+/// step medians (ms).
+pub struct TorchRow {
+    pub workload: String,
+    pub policy: String,
+    pub f32_ms: f64,
+    pub mixed_ms: f64,
+}
+
+fn parse(table: &str) -> Vec<TorchRow> {
+    table
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            // "", workload, policy, f32, mixed, ratio, ""
+            if cells.len() < 6 {
+                return None;
+            }
+            let median = |c: &str| c.split_whitespace().next()?.parse::<f64>().ok();
+            Some(TorchRow {
+                workload: cells[1].to_string(),
+                policy: cells[2].to_string(),
+                f32_ms: median(cells[3])?,
+                mixed_ms: median(cells[4])?,
+            })
+        })
+        .collect()
+}
+
+/// The section (Markdown) with PyTorch's table, or why there is none, and the table's rows.
+/// `python` is the interpreter to run (one whose `torch` imports); `bf16_dot`: whether the
+/// CPU has avx512_bf16.
+pub fn section(quick: bool, python: &str, bf16_dot: bool) -> (String, Vec<TorchRow>) {
+    let mut md = String::from("\n### PyTorch's CPU autocast, same machine, same run\n\n");
+    let import = Command::new(python).args(["-c", "import torch"]).output();
+    if !import.is_ok_and(|o| o.status.success()) {
+        md.push_str(&format!(
+            "Not run: `{python} -c \"import torch\"` failed here (install PyTorch, e.g. \
+             `pip install torch`, and rerun, with `--python PATH` for a virtual \
+             environment's interpreter).\n"
+        ));
+        return (md, Vec::new());
+    }
+    let mut cmd = Command::new(python);
+    cmd.args(["benches/pytorch_mlp.py", "--device", "cpu"]);
+    if quick {
+        cmd.args(["--workloads", "mlp", "--runs", "1", "--warmup", "0"]);
+        cmd.args(["--policies", "mixed_bfloat16", "--quick"]);
+    } else if bf16_dot {
+        cmd.args(["--workloads", "mlp,mlp-b1024,stack,encoder", "--runs", "7"]);
+    } else {
+        // Without avx512_bf16 PyTorch's 16-bit CPU matmuls take a slow path (about 80x
+        // float32 on the MLP): one timed step of the two MLP-like workloads shows it.
+        cmd.args(["--workloads", "mlp,stack", "--runs", "1", "--warmup", "1"]);
+        md.push_str(
+            "This CPU lacks avx512_bf16: PyTorch's bf16 and f16 CPU matmuls take a slow \
+             path, so only the batch-128 MLP and the linear stack ran, one timed step \
+             each.\n\n",
+        );
+    }
+    let cmdline = format!(
+        "{python} {}",
+        cmd.get_args()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let mut rows = Vec::new();
+    match cmd.output() {
+        Ok(o) if o.status.success() => {
+            let out = String::from_utf8_lossy(&o.stdout);
+            md.push_str(&format!("`{cmdline}`:\n\n"));
+            md.push_str(&out);
+            rows = parse(&out);
+        }
+        Ok(o) => md.push_str(&format!(
+            "`{cmdline}` failed: {}\n",
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        )),
+        Err(e) => md.push_str(&format!("`{cmdline}` did not start: {e}\n")),
+    }
+    (md, rows)
+}
