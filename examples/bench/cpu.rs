@@ -461,11 +461,6 @@ fn steps(
             ("mixed_float16", Kernels::Backend),
             ("mixed_float16", Kernels::Auto),
         ]
-    } else if detailed {
-        vec![
-            ("mixed_bfloat16", Kernels::Auto),
-            ("mixed_float16", Kernels::Auto),
-        ]
     } else {
         vec![
             ("mixed_bfloat16", Kernels::Auto),

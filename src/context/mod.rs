@@ -119,13 +119,14 @@ fn fp8_history<D: DeviceOps + 'static>(device: &D) -> Option<Fp8History> {
     history
 }
 
+/// The loss scale a backward pass applies: the device state, and where it comes from.
+pub(crate) type BackwardScale = (DeviceSlot, Arc<dyn ScaleSource>);
+
 /// What a backward pass on `device` runs under: its policy, and the loss scale it applies
 /// (the bound one, under a policy that needs one): its device state, and its source (for
 /// the values a new state starts from). The pass ends the device's FP8 step: its next
 /// forward site is site 0 again.
-pub(crate) fn backward<B: Backend>(
-    device: &B::Device,
-) -> (Policy, Option<(DeviceSlot, Arc<dyn ScaleSource>)>) {
+pub(crate) fn backward<B: Backend>(device: &B::Device) -> (Policy, Option<BackwardScale>) {
     let policy = self::policy::<B>(device);
     let key = device_key(device);
     let source = bindings::read().scale_for(&key);

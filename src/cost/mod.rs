@@ -158,7 +158,9 @@ impl fmt::Display for StepCost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "| ops | class | dtype | count |")?;
         writeln!(f, "|---|---|---|---|")?;
-        let mut by_class: BTreeMap<(OpClass, Option<Dt>), (u64, Vec<&str>)> = BTreeMap::new();
+        // (class, dtype) -> (ops, the op names seen)
+        type ByClass<'a> = BTreeMap<(OpClass, Option<Dt>), (u64, Vec<&'a str>)>;
+        let mut by_class = ByClass::new();
         for ((class, name, dtype), n) in &self.ops {
             let entry = by_class.entry((*class, *dtype)).or_default();
             entry.0 += n;
