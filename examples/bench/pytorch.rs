@@ -46,23 +46,68 @@ pub fn section(quick: bool, python: &str, bf16_dot: bool) -> (String, Vec<TorchR
         ));
         return (md, Vec::new());
     }
-    let mut cmd = Command::new(python);
-    cmd.args(["benches/pytorch_mlp.py", "--device", "cpu"]);
-    if quick {
-        cmd.args(["--workloads", "mlp", "--runs", "1", "--warmup", "0"]);
-        cmd.args(["--policies", "mixed_bfloat16", "--quick"]);
+    // The invocations: (arguments, a sentence on why they are what they are).
+    let runs: Vec<(Vec<&str>, &str)> = if quick {
+        vec![(
+            vec!["--workloads", "mlp", "--runs", "1", "--warmup", "0"]
+                .into_iter()
+                .chain(["--policies", "mixed_bfloat16", "--quick"])
+                .collect(),
+            "",
+        )]
     } else if bf16_dot {
-        cmd.args(["--workloads", "mlp,mlp-b1024,stack,encoder", "--runs", "7"]);
+        vec![
+            (
+                vec![
+                    "--workloads",
+                    "mlp,mlp-b1024,stack,encoder",
+                    "--policies",
+                    "mixed_bfloat16",
+                    "--runs",
+                    "7",
+                ],
+                "",
+            ),
+            // x86 without avx512_fp16 or AMX-FP16 has no f16 dot product: PyTorch's f16
+            // CPU matmuls take a slow path (tens of times float32), so one timed step.
+            (
+                vec![
+                    "--workloads",
+                    "mlp",
+                    "--policies",
+                    "mixed_float16",
+                    "--runs",
+                    "1",
+                    "--warmup",
+                    "1",
+                ],
+                "This CPU has no f16 dot-product instructions (avx512_fp16, AMX-FP16), so \
+                 PyTorch's f16 CPU matmuls take a slow path: one timed step of the MLP.\n\n",
+            ),
+        ]
     } else {
         // Without avx512_bf16 PyTorch's 16-bit CPU matmuls take a slow path (about 80x
         // float32 on the MLP): one timed step of the two MLP-like workloads shows it.
-        cmd.args(["--workloads", "mlp,stack", "--runs", "1", "--warmup", "1"]);
-        md.push_str(
+        vec![(
+            vec!["--workloads", "mlp,stack", "--runs", "1", "--warmup", "1"],
             "This CPU lacks avx512_bf16: PyTorch's bf16 and f16 CPU matmuls take a slow \
              path, so only the batch-128 MLP and the linear stack ran, one timed step \
              each.\n\n",
-        );
+        )]
+    };
+    let mut rows = Vec::new();
+    for (args, why) in runs {
+        md.push_str(why);
+        rows.extend(run(python, &args, &mut md));
     }
+    (md, rows)
+}
+
+/// Runs the script with `args`, appends its table (or why there is none) to `md`.
+fn run(python: &str, args: &[&str], md: &mut String) -> Vec<TorchRow> {
+    let mut cmd = Command::new(python);
+    cmd.args(["benches/pytorch_mlp.py", "--device", "cpu"]);
+    cmd.args(args);
     let cmdline = format!(
         "{python} {}",
         cmd.get_args()
@@ -70,22 +115,27 @@ pub fn section(quick: bool, python: &str, bf16_dot: bool) -> (String, Vec<TorchR
             .collect::<Vec<_>>()
             .join(" ")
     );
-    let mut rows = Vec::new();
     match cmd.output() {
         Ok(o) if o.status.success() => {
             let out = String::from_utf8_lossy(&o.stdout);
             md.push_str(&format!("`{cmdline}`:\n\n"));
             md.push_str(&out);
-            rows = parse(&out);
+            md.push('\n');
+            parse(&out)
         }
-        Ok(o) => md.push_str(&format!(
-            "`{cmdline}` failed: {}\n",
-            String::from_utf8_lossy(&o.stderr)
-                .lines()
-                .last()
-                .unwrap_or("")
-        )),
-        Err(e) => md.push_str(&format!("`{cmdline}` did not start: {e}\n")),
+        Ok(o) => {
+            md.push_str(&format!(
+                "`{cmdline}` failed: {}\n",
+                String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+            ));
+            Vec::new()
+        }
+        Err(e) => {
+            md.push_str(&format!("`{cmdline}` did not start: {e}\n"));
+            Vec::new()
+        }
     }
-    (md, rows)
 }
