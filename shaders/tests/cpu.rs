@@ -1,5 +1,7 @@
 //! The CPU kernels against their references: every cast bit for bit against `half`, every
-//! GEMM kernel the CPU runs against an f64 product of the rounded operands.
+//! GEMM kernel the CPU runs against an f64 product of the rounded operands, and the AdamW,
+//! unscale and finite-count kernels of every instruction set the CPU runs against the
+//! portable ones, bit for bit.
 
 use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::cast::{self, CastError, CpuFloat, Format};
@@ -478,4 +480,103 @@ fn gemm_bias_is_added_before_the_output_is_rounded() {
         gemm::gemm_bias(kernel, am, bm, Some(&bias[..3]), &mut c),
         Err(GemmError::BiasLength { cols: n, len: 3 })
     );
+}
+
+/// Reproducible values in `[-scale, scale)` (a 64-bit LCG).
+fn lcg_values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+fn adamw_on<G: CpuFloat>(isa: Isa, grad: &[G], scale: Option<f32>) -> [Vec<u32>; 3] {
+    use burn_amp_kernels::cpu::optim::{AdamwStep, adamw};
+    let n = grad.len();
+    let mut p = lcg_values(n, 1, 1.0);
+    let mut m = lcg_values(n, 2, 1e-2);
+    let mut v: Vec<f32> = lcg_values(n, 3, 1e-4).iter().map(|x| x.abs()).collect();
+    let step = AdamwStep::new(1e-3, 0.9, 0.999, 1e-8, 0.1);
+    adamw(isa, &mut p, grad, &mut m, &mut v, &step.at(7), scale).unwrap();
+    [p, m, v].map(|x| x.iter().map(|f| f.to_bits()).collect())
+}
+
+#[test]
+fn adamw_unscale_and_count_give_the_portable_bits_on_every_instruction_set() {
+    use burn_amp_kernels::cpu::optim::{count_nonfinite, unscale};
+    let portable = Isa::new(burn_amp_kernels::cpu::isa::IsaLevel::Portable).unwrap();
+    // Lengths around the 8- and 16-wide loops and past one threaded chunk.
+    for n in [0, 1, 7, 8, 15, 16, 17, 33, 100_003] {
+        let g32 = lcg_values(n, 4, 0.5);
+        let gbf: Vec<bf16> = g32.iter().map(|&x| bf16::from_f32(x)).collect();
+        let gf16: Vec<f16> = g32.iter().map(|&x| f16::from_f32(x)).collect();
+        for isa in Isa::available() {
+            let level = isa.level().name();
+            for scale in [None, Some(1024.0)] {
+                assert_eq!(
+                    adamw_on(isa, &g32, scale),
+                    adamw_on(portable, &g32, scale),
+                    "f32 {level} {n}"
+                );
+                assert_eq!(
+                    adamw_on(isa, &gbf, scale),
+                    adamw_on(portable, &gbf, scale),
+                    "bf16 {level} {n}"
+                );
+                assert_eq!(
+                    adamw_on(isa, &gf16, scale),
+                    adamw_on(portable, &gf16, scale),
+                    "f16 {level} {n}"
+                );
+            }
+            let mut with_bad = g32.clone();
+            if n > 9 {
+                with_bad[3] = f32::NAN;
+                with_bad[n - 1] = f32::INFINITY;
+            }
+            let want = with_bad.iter().filter(|x| !x.is_finite()).count();
+            assert_eq!(count_nonfinite(isa, &with_bad), want, "{level} {n}");
+            let (mut a, mut b) = (g32.clone(), g32.clone());
+            unscale(isa, &mut a, 3.0);
+            unscale(portable, &mut b, 3.0);
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{level} {n}"
+            );
+        }
+    }
+}
+
+#[test]
+fn widening_casts_past_the_streaming_size_match_half_at_any_alignment() {
+    // 3M values: 12 MB of f32 output, past the size from which widening casts write with
+    // non-temporal stores; every bf16 and f16 pattern repeated, at offsets 0 to 7.
+    let n = 3 << 20;
+    let codes: Vec<u16> = (0..n)
+        .map(|i| (i as u32).wrapping_mul(40503) as u16)
+        .collect();
+    let bf: Vec<bf16> = codes.iter().map(|&c| bf16::from_bits(c)).collect();
+    let hf: Vec<f16> = codes.iter().map(|&c| f16::from_bits(c)).collect();
+    for isa in Isa::available() {
+        for offset in [0usize, 1, 3, 7] {
+            let mut out = vec![0f32; n + offset];
+            cast::convert(isa, &bf[..n], &mut out[offset..]).unwrap();
+            let same = bf
+                .iter()
+                .zip(&out[offset..])
+                .all(|(b, o)| b.to_f32().to_bits() == o.to_bits());
+            assert!(same, "bf16 -> f32, {} offset {offset}", isa.level().name());
+            cast::convert(isa, &hf[..n], &mut out[offset..]).unwrap();
+            let same = hf
+                .iter()
+                .zip(&out[offset..])
+                .all(|(h, o)| h.to_f32().to_bits() == o.to_bits());
+            assert!(same, "f16 -> f32, {} offset {offset}", isa.level().name());
+        }
+    }
 }

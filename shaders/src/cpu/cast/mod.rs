@@ -119,6 +119,11 @@ pub enum CastError {
 /// outlasts its scheduling (about 50 µs of copying), small enough to balance two cores.
 const CHUNK: usize = 1 << 16;
 
+/// Output bytes from which a widening cast writes with non-temporal stores (see
+/// `x86::widen`): past what the caches of a few cores hold, the output cannot stay cached
+/// for the op that reads it next anyway.
+const STREAM_BYTES: usize = 8 << 20;
+
 /// Converts `src` into `dst` (same length), as `half` converts each value, with `isa`'s
 /// fast path, on rayon's threads for long slices.
 ///
@@ -135,12 +140,13 @@ pub fn convert<S: CpuFloat, D: CpuFloat>(
             dst: dst.len(),
         });
     }
+    let stream = size_of_val(dst) >= STREAM_BYTES;
     if src.len() <= CHUNK {
-        convert_serial(isa, src, dst);
+        convert_serial(isa, src, dst, stream);
     } else {
         src.par_chunks(CHUNK)
             .zip(dst.par_chunks_mut(CHUNK))
-            .for_each(|(s, d)| convert_serial(isa, s, d));
+            .for_each(|(s, d)| convert_serial(isa, s, d, stream));
     }
     Ok(())
 }
@@ -187,8 +193,9 @@ fn bits_mut<T: CpuFloat, U>(values: &mut [T]) -> &mut [U] {
     unsafe { core::slice::from_raw_parts_mut(values.as_mut_ptr().cast(), values.len()) }
 }
 
-/// One thread's share: the fast path for the pair of formats, else the reference.
-fn convert_serial<S: CpuFloat, D: CpuFloat>(isa: Isa, src: &[S], dst: &mut [D]) {
+/// One thread's share: the fast path for the pair of formats, else the reference;
+/// `stream`: a widening writes past the caches.
+fn convert_serial<S: CpuFloat, D: CpuFloat>(isa: Isa, src: &[S], dst: &mut [D], stream: bool) {
     use Format::*;
     match (S::FORMAT, D::FORMAT) {
         (F32, F32) | (Bf16, Bf16) | (F16, F16) => {
@@ -197,16 +204,16 @@ fn convert_serial<S: CpuFloat, D: CpuFloat>(isa: Isa, src: &[S], dst: &mut [D]) 
             dst.copy_from_slice(src);
         }
         (F32, Bf16) => f32_to_bf16(isa, bits(src), bits_mut(dst)),
-        (Bf16, F32) => bf16_to_f32(isa, bits(src), bits_mut(dst)),
+        (Bf16, F32) => bf16_to_f32(isa, bits(src), bits_mut(dst), stream),
         (F32, F16) => f32_to_f16(isa, bits(src), bits_mut(dst)),
-        (F16, F32) => f16_to_f32(isa, bits(src), bits_mut(dst)),
+        (F16, F32) => f16_to_f32(isa, bits(src), bits_mut(dst), stream),
         // bf16 <-> f16: through f32 (exact), a stack buffer at a time.
         _ => {
             let mut wide = [0f32; 512];
             for (s, d) in src.chunks(wide.len()).zip(dst.chunks_mut(wide.len())) {
                 let wide = &mut wide[..s.len()];
-                convert_serial(isa, s, wide);
-                convert_serial(isa, &*wide, d);
+                convert_serial(isa, s, wide, false);
+                convert_serial(isa, &*wide, d, false);
             }
         }
     }
@@ -222,13 +229,13 @@ fn f32_to_bf16(isa: Isa, src: &[u32], dst: &mut [u16]) {
     portable::f32_to_bf16(src, dst)
 }
 
-fn bf16_to_f32(isa: Isa, src: &[u16], dst: &mut [u32]) {
+fn bf16_to_f32(isa: Isa, src: &[u16], dst: &mut [u32], stream: bool) {
     #[cfg(target_arch = "x86_64")]
     if isa.has_avx2() {
-        // SAFETY: the Isa value proves AVX2.
-        return unsafe { x86::bf16_to_f32(src, dst) };
+        // SAFETY: the Isa value proves AVX2 and F16C; equal lengths (checked by `convert`).
+        return unsafe { x86::bf16_to_f32(src, dst, stream) };
     }
-    let _ = isa;
+    let _ = (isa, stream);
     portable::bf16_to_f32(src, dst)
 }
 
@@ -242,12 +249,12 @@ fn f32_to_f16(isa: Isa, src: &[u32], dst: &mut [u16]) {
     portable::f32_to_f16(src, dst)
 }
 
-fn f16_to_f32(isa: Isa, src: &[u16], dst: &mut [u32]) {
+fn f16_to_f32(isa: Isa, src: &[u16], dst: &mut [u32], stream: bool) {
     #[cfg(target_arch = "x86_64")]
     if isa.has_avx2() {
-        // SAFETY: the Isa value proves AVX2 and F16C.
-        return unsafe { x86::f16_to_f32(src, dst) };
+        // SAFETY: the Isa value proves AVX2 and F16C; equal lengths (checked by `convert`).
+        return unsafe { x86::f16_to_f32(src, dst, stream) };
     }
-    let _ = isa;
+    let _ = (isa, stream);
     portable::f16_to_f32(src, dst)
 }

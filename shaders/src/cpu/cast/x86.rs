@@ -82,18 +82,59 @@ pub(super) unsafe fn f32_to_bf16(src: &[u32], dst: &mut [u16]) {
 }
 
 /// # Safety
-/// AVX2.
-#[target_feature(enable = "avx2")]
-pub(super) unsafe fn bf16_to_f32(src: &[u16], dst: &mut [u32]) {
-    let n = src.len() - src.len() % 8;
-    for i in (0..n).step_by(8) {
-        // SAFETY: i + 8 <= n <= len on both slices.
+/// AVX2 and F16C (the widening is shared with f16's).
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn bf16_to_f32(src: &[u16], dst: &mut [u32], stream: bool) {
+    // SAFETY: forwarded contract.
+    unsafe { widen::<false>(src, dst, stream) }
+}
+
+/// `src` (bf16, or f16 where `F16`) widened into `dst`, 8 values a loop. With `stream`, the
+/// aligned body is written with non-temporal stores: an output larger than the caches is
+/// not read into them before it is written (a plain store reads each line first, which
+/// costs a widening cast, whose output is twice its input, a third of its traffic).
+///
+/// # Safety
+/// AVX2 and F16C; equal lengths.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn widen<const F16: bool>(src: &[u16], dst: &mut [u32], stream: bool) {
+    let tail = |s: &[u16], d: &mut [u32]| {
+        if F16 {
+            portable::f16_to_f32(s, d)
+        } else {
+            portable::bf16_to_f32(s, d)
+        }
+    };
+    let len = dst.len();
+    let mut i = 0;
+    if stream {
+        let head = dst.as_ptr().align_offset(32).min(len);
+        tail(&src[..head], &mut dst[..head]);
+        i = head;
+        let body = i + (len - i) / 8 * 8;
+        while i < body {
+            // SAFETY: i + 8 <= body <= len on both slices; dst + i is 32-byte aligned.
+            unsafe {
+                let p = src.as_ptr().add(i);
+                let x = if F16 { load_f16(p) } else { load_bf16(p) };
+                _mm256_stream_ps(dst.as_mut_ptr().add(i).cast(), x);
+            }
+            i += 8;
+        }
+        // The streamed stores are ordered before whatever the caller does next.
+        _mm_sfence();
+    }
+    let body = i + (len - i) / 8 * 8;
+    while i < body {
+        // SAFETY: i + 8 <= body <= len on both slices.
         unsafe {
-            let x = load_bf16(src.as_ptr().add(i));
+            let p = src.as_ptr().add(i);
+            let x = if F16 { load_f16(p) } else { load_bf16(p) };
             _mm256_storeu_ps(dst.as_mut_ptr().add(i).cast(), x);
         }
+        i += 8;
     }
-    portable::bf16_to_f32(&src[n..], &mut dst[n..]);
+    tail(&src[i..], &mut dst[i..]);
 }
 
 /// # Safety
@@ -115,14 +156,7 @@ pub(super) unsafe fn f32_to_f16(src: &[u32], dst: &mut [u16]) {
 /// # Safety
 /// AVX2 and F16C.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) unsafe fn f16_to_f32(src: &[u16], dst: &mut [u32]) {
-    let n = src.len() - src.len() % 8;
-    for i in (0..n).step_by(8) {
-        // SAFETY: i + 8 <= n <= len on both slices.
-        unsafe {
-            let x = load_f16(src.as_ptr().add(i));
-            _mm256_storeu_ps(dst.as_mut_ptr().add(i).cast(), x);
-        }
-    }
-    portable::f16_to_f32(&src[n..], &mut dst[n..]);
+pub(super) unsafe fn f16_to_f32(src: &[u16], dst: &mut [u32], stream: bool) {
+    // SAFETY: forwarded contract.
+    unsafe { widen::<true>(src, dst, stream) }
 }

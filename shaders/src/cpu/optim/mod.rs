@@ -160,6 +160,12 @@ pub fn adamw<G: CpuFloat>(
     };
     let run = |p: &mut [f32], g: &[G], m: &mut [f32], v: &mut [f32]| {
         #[cfg(target_arch = "x86_64")]
+        if isa.has_avx512_bf16() {
+            // SAFETY: the Isa value proves AVX-512F (its AVX-512 level includes it), AVX2 and
+            // F16C; the slices have equal lengths.
+            return unsafe { x86::adamw_avx512(p, g, m, v, &s) };
+        }
+        #[cfg(target_arch = "x86_64")]
         if isa.has_avx2() {
             // SAFETY: the Isa value proves AVX2 (and F16C); the slices have equal lengths.
             return unsafe { x86::adamw(p, g, m, v, &s) };
