@@ -18,7 +18,7 @@
 //! let layer: Linear<B> = LinearConfig::new(8, 4).init(&device);
 //! let (_, cost) = cost::record(|| {
 //!     with_policy(Policy::mixed_bfloat16(), || {
-//!         let y = layer.forward(Tensor::ones([2, 8], &device));
+//!         let y = layer.forward(Tensor::<B, 2>::ones([2, 8], &device));
 //!         let _ = y.sum().backward();
 //!     })
 //! });

@@ -56,7 +56,7 @@ impl FusedAdamWConfig {
     /// let device = Default::default();
     /// let mut model: Linear<B> = LinearConfig::new(4, 2).init(&device);
     /// let mut optim = FusedAdamWConfig::new().init(); // as AdamWConfig::new().init()
-    /// let loss = model.forward(Tensor::ones([3, 4], &device)).mean();
+    /// let loss = model.forward(Tensor::<B, 2>::ones([3, 4], &device)).mean();
     /// let grads = GradientsParams::from_grads(loss.backward(), &model);
     /// model = optim.step(1e-3, model, grads);
     /// ```
@@ -117,12 +117,12 @@ impl<I: Backend> Clone for ParamState<I> {
 /// let device = Default::default();
 /// let mut model: Linear<B> = LinearConfig::new(4, 2).init(&device);
 /// let mut burns = AdamWConfig::new().init::<B, Linear<B>>();
-/// let loss = model.forward(Tensor::ones([3, 4], &device)).mean();
+/// let loss = model.forward(Tensor::<B, 2>::ones([3, 4], &device)).mean();
 /// model = burns.step(1e-3, model.clone(), GradientsParams::from_grads(loss.backward(), &model));
 /// // Continue with the fused one, from Burn's moments and step counts.
 /// let mut fused = FusedAdamWConfig::new().init::<B, Linear<B>>();
 /// fused = fused.load_record(burns.to_record());
-/// let loss = model.forward(Tensor::ones([3, 4], &device)).mean();
+/// let loss = model.forward(Tensor::<B, 2>::ones([3, 4], &device)).mean();
 /// model = fused.step(1e-3, model.clone(), GradientsParams::from_grads(loss.backward(), &model));
 /// ```
 pub struct FusedAdamW<M, B: AutodiffBackend> {
