@@ -389,3 +389,69 @@ fn fused_adamw_follows_burns_adamw_for_200_tiny_gpt_steps_on_wgpu() {
     use burn::backend::Wgpu;
     fused_follows_adamw::<Autodiff<Wgpu>>(&Default::default(), Policy::float32(), false);
 }
+
+/// Three steps of the tiny GPT under `spec` with the example's loop (`--cost`): burn-amp's
+/// reads of each step (the example's `LossScaleOptimizer<FusedAdamW>` decides any skip on
+/// the device) and the loop's own (its logged loss).
+fn gpt_reads<B: burn::tensor::backend::AutodiffBackend>(spec: &str) -> (Vec<u64>, Vec<u64>) {
+    let policy: Policy = spec.parse().unwrap_or_else(|e| panic!("{spec}: {e}"));
+    let options = Options {
+        train: TrainConfig {
+            steps: 3,
+            ..TrainConfig::tiny()
+        },
+        sample_len: 0,
+        cost: true,
+        ..tiny(policy)
+    };
+    let summary =
+        run::run::<B>(Default::default(), &options).unwrap_or_else(|e| panic!("{spec}: {e}"));
+    assert!(summary.train_losses.iter().all(|l| l.is_finite()), "{spec}");
+    assert_eq!(summary.skipped_steps, 0, "{spec}");
+    let own = summary.costs.iter().map(|c| c.reads().burn_amp).collect();
+    let user = summary.costs.iter().map(|c| c.reads().user).collect();
+    (own, user)
+}
+
+/// Every policy and FP8 scaling the GPT trains under, over a compute dtype.
+fn gpt_specs(compute: &str) -> Vec<String> {
+    let base = format!("params=float32,compute={compute},output=float32");
+    [
+        "",
+        ",fp8=tensor",
+        ",fp8=delayed",
+        ",fp8=bias",
+        ",fp8=tensor,format=auto",
+        ",grads=aps",
+    ]
+    .iter()
+    .map(|extra| format!("{base}{extra}"))
+    .collect()
+}
+
+#[test]
+fn a_gpt_step_reads_nothing_back_for_burn_amp_under_every_policy_on_flex() {
+    let _serial = serial();
+    for compute in ["float32", "bfloat16", "float16"] {
+        for spec in gpt_specs(compute) {
+            if compute == "float32" && spec.contains("fp8") {
+                continue;
+            }
+            let (own, user) = gpt_reads::<Autodiff<Flex>>(&spec);
+            assert_eq!(own, vec![0; 3], "{spec}: burn-amp's reads");
+            assert_eq!(user, vec![1; 3], "{spec}: the loop's logged loss");
+        }
+    }
+}
+
+/// Lavapipe runs f16, not bf16 (WGSL): the float16 policies.
+#[test]
+fn a_gpt_step_reads_nothing_back_for_burn_amp_under_every_policy_on_wgpu() {
+    use burn::backend::Wgpu;
+    let _serial = serial();
+    for spec in gpt_specs("float16") {
+        let (own, user) = gpt_reads::<Autodiff<Wgpu>>(&spec);
+        assert_eq!(own, vec![0; 3], "{spec}: burn-amp's reads");
+        assert_eq!(user, vec![1; 3], "{spec}: the loop's logged loss");
+    }
+}

@@ -122,6 +122,7 @@ pub fn train<B: AutodiffBackend>(
     let scaled = options.policy.needs_loss_scaling();
     let (mut scale_changes, mut last_scale) = (0, optim.loss_scale());
     let (mut tokens, mut seconds) = (0usize, 0.0f64);
+    let mut costs = Vec::new();
     crate::alloc::reset_peak();
 
     while state.step < config.steps {
@@ -142,10 +143,21 @@ pub fn train<B: AutodiffBackend>(
             config.batch_size,
         );
         let batch = <TextBatcher as Batcher<M<B>, _, _>>::batch(&train_batcher, starts, device);
-        let loss = model.loss(batch);
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        let loss = loss.into_scalar().elem::<f32>();
-        model = optim.step(config.lr_at(state.step), model, grads);
+        let lr = config.lr_at(state.step);
+        let train_step = |model: Gpt<M<B>>| {
+            let loss = model.loss(batch);
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            let loss = loss.into_scalar().elem::<f32>();
+            (optim.step(lr, model, grads), loss)
+        };
+        let (next, loss) = if options.cost {
+            let (out, cost) = burn_amp::cost::record(|| train_step(model));
+            costs.push(cost);
+            out
+        } else {
+            train_step(model)
+        };
+        model = next;
         seconds += start.elapsed().as_secs_f64();
         tokens += config.tokens_per_step();
         state.step += 1;
@@ -198,6 +210,7 @@ pub fn train<B: AutodiffBackend>(
         skipped_steps: optim.skipped_steps(),
         loss_scale: scaled.then(|| optim.loss_scale()),
         scale_changes,
+        costs,
         sample,
     };
     if state.step == config.steps {

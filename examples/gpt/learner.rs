@@ -139,6 +139,7 @@ pub fn train<B: AutodiffBackend>(
         loss_scale: scaled.then(|| handle.scale()),
         scale_changes: 0,
         sample,
+        costs: Vec::new(),
     })
 }
 

@@ -40,7 +40,7 @@ const USAGE: &str = "\
 usage: gpt [--policy NAME | --compare] [--backend flex|wgpu|cuda|ndarray] [--preset cpu|gpu|tiny]
            [--steps N] [--batch-size N] [--lr X] [--seed N] [--eval-every N] [--learner]
            [--checkpoint-every N] [--checkpoint-dir DIR] [--resume] [--stop-after N]
-           [--data FILE] [--plot FILE] [--sample-len N]
+           [--data FILE] [--plot FILE] [--sample-len N] [--cost]
 
   --policy            a dtype policy: float32, mixed_bfloat16 (default), mixed_float16,
                       float8_from_mixed_bfloat16, \"float8_from_mixed_bfloat16\" with fp8=blockwise
@@ -59,7 +59,10 @@ usage: gpt [--policy NAME | --compare] [--backend flex|wgpu|cuda|ndarray] [--pre
   --stop-after        stop after N steps, as if killed (to try --resume)
   --data              the text (default examples/data/tinyshakespeare/input.txt)
   --plot              where --compare draws (default target/gpt/compare.png)
-  --sample-len        bytes of text generated at the end (default 300)";
+  --sample-len        bytes of text generated at the end (default 300)
+  --cost              count what each training step costs (burn_amp::cost): print the last
+                      step's table (ops by class and dtype, casts and their bytes, FP8
+                      launches, reads back to the host) and every step's reads";
 
 struct Cli {
     options: Options,
@@ -92,6 +95,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Cli, String> {
             }
             "--seed" => options.seed = number("--seed", value("--seed")?)?,
             "--learner" => options.mode = Mode::Learner,
+            "--cost" => options.cost = true,
             "--checkpoint-every" => {
                 options.checkpoint_every =
                     number("--checkpoint-every", value("--checkpoint-every")?)?
@@ -132,6 +136,28 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Cli, String> {
     })
 }
 
+/// `--cost`: the last step's table and the reads of every step.
+fn print_costs(summary: &Summary) {
+    let Some(last) = summary.costs.last() else {
+        println!("--cost: no step was counted (the Learner path does not count)");
+        return;
+    };
+    println!(
+        "what the last training step cost under {}:\n{last}",
+        run::label(&summary.policy)
+    );
+    let own: Vec<u64> = summary.costs.iter().map(|c| c.reads().burn_amp).collect();
+    let user: Vec<u64> = summary.costs.iter().map(|c| c.reads().user).collect();
+    let max = |v: &[u64]| v.iter().copied().max().unwrap_or(0);
+    println!(
+        "reads back to the host per step over {} steps: burn-amp's at most {}, the loop's \
+         own (the logged loss) at most {}",
+        own.len(),
+        max(&own),
+        max(&user)
+    );
+}
+
 /// Each policy checkpoints into its own folder unless one was given.
 fn checkpoint_dir(cli: &Cli, options: &Options) -> PathBuf {
     cli.checkpoint_dir.clone().unwrap_or_else(|| {
@@ -154,7 +180,11 @@ fn train<B: AutodiffBackend>(cli: &Cli) -> Result<(), String> {
     if !cli.compare {
         let mut options = cli.options.clone();
         options.checkpoint_dir = checkpoint_dir(cli, &options);
-        return run::run::<B>(Default::default(), &options).map(|_| ());
+        let summary = run::run::<B>(Default::default(), &options)?;
+        if options.cost {
+            print_costs(&summary);
+        }
+        return Ok(());
     }
     let mut runs: Vec<Summary> = Vec::new();
     for policy in run::compared_policies() {

@@ -35,6 +35,8 @@ pub struct Options {
     pub loss_scale: LossScaleConfig,
     /// Bytes of text generated at the end (0: none).
     pub sample_len: usize,
+    /// Count what each training step costs (`burn_amp::cost`; the custom loop only).
+    pub cost: bool,
 }
 
 impl Default for Options {
@@ -52,6 +54,7 @@ impl Default for Options {
             stop_after: None,
             loss_scale: LossScaleConfig::new(),
             sample_len: 300,
+            cost: false,
         }
     }
 }
@@ -77,6 +80,8 @@ pub struct Summary {
     pub scale_changes: usize,
     /// Generated text.
     pub sample: String,
+    /// What each training step cost, under `--cost` (custom loop).
+    pub costs: Vec<burn_amp::cost::StepCost>,
 }
 
 impl Summary {

@@ -19,6 +19,7 @@ mod fp8;
 #[path = "../bench/kernels.rs"]
 mod kernels;
 mod matmul;
+mod reads;
 // Shared with the bench, which uses more of them.
 #[path = "../bench/models.rs"]
 #[allow(dead_code)]
@@ -139,6 +140,7 @@ fn check<B: Backend + Fp8Backend + AccumBackend>(name: &str, sizes: &Sizes) -> C
     fp8::fp8_bytes::<B>(&mut checks, &device, sizes.random_f32);
     fp8::accumulation::<B>(&mut checks, &device);
     fp8::training_step::<B>(&mut checks, &device);
+    reads::reads_per_step::<B>(&mut checks, &device);
     checks
 }
 

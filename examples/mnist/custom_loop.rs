@@ -41,38 +41,51 @@ pub fn train<B: AutodiffBackend>(
             let items = chunk.iter().map(|&i| train[i].clone()).collect();
             let batch = <DigitBatcher as Batcher<M<B>, _, _>>::batch(&DigitBatcher, items, device);
             let labels = batch.labels.clone();
-            // `--numerics`: the last step of the run is recorded, forward and backward.
+            // `--numerics` and `--cost`: the last step of the run is recorded.
             let last = epoch == options.epochs && step + 1 == steps;
-            let forward_backward = || {
-                let output = model.classify(batch);
-                let grads = output.loss.backward();
-                (output, grads)
-            };
-            let (output, grads) = match (&options.numerics, last) {
-                (Some(path), true) => {
-                    let (step, report) = Fp8Numerics::record(forward_backward);
-                    if let Err(message) = numerics::publish(&report, path) {
-                        eprintln!("error: {message}");
+            // `--cost`: what the last step of the run costs, counted.
+            let step_body = |model: KerasMlp<M<B>>, loss_sum: Tensor<M<B>, 1>| {
+                let forward_backward = || {
+                    let output = model.classify(batch);
+                    let grads = output.loss.backward();
+                    (output, grads)
+                };
+                let (output, grads) = match (&options.numerics, last) {
+                    (Some(path), true) => {
+                        let (step, report) = Fp8Numerics::record(forward_backward);
+                        if let Err(message) = numerics::publish(&report, path) {
+                            eprintln!("error: {message}");
+                        }
+                        let history = optim.fp8_history();
+                        if !history.is_empty() {
+                            println!(
+                                "FP8 scaling state (per site and role) after the last step:\n{history}"
+                            );
+                        }
+                        step
                     }
-                    let history = optim.fp8_history();
-                    if !history.is_empty() {
-                        println!(
-                            "FP8 scaling state (per site and role) after the last step:\n{history}"
-                        );
-                    }
-                    step
-                }
-                _ => forward_backward(),
-            };
-            let n = chunk.len();
-            loss_sum = loss_sum + output.loss.clone().detach().mul_scalar(n as f64);
-            let predicted = output.output.clone().detach().argmax(1).squeeze_dim::<1>(1);
-            let hits = predicted.equal(labels).int().sum().into_scalar();
-            correct += hits.elem::<i64>() as usize;
-            seen += n;
+                    _ => forward_backward(),
+                };
+                let n = chunk.len();
+                let loss_sum = loss_sum + output.loss.clone().detach().mul_scalar(n as f64);
+                let predicted = output.output.clone().detach().argmax(1).squeeze_dim::<1>(1);
+                let hits = predicted.equal(labels).int().sum().into_scalar();
+                correct += hits.elem::<i64>() as usize;
+                seen += n;
 
-            let grads = GradientsParams::from_grads(grads, &model);
-            model = optim.step(options.lr, model, grads);
+                let grads = GradientsParams::from_grads(grads, &model);
+                (optim.step(options.lr, model, grads), loss_sum)
+            };
+            (model, loss_sum) = if options.cost && last {
+                let (out, cost) = burn_amp::cost::record(|| step_body(model, loss_sum));
+                println!(
+                    "what the last training step cost under {}:\n{cost}",
+                    options.policy
+                );
+                out
+            } else {
+                step_body(model, loss_sum)
+            };
             progress.update(epoch, seen, train.len(), None);
         }
         let loss = loss_sum.into_scalar().elem::<f64>() / seen as f64;

@@ -30,7 +30,7 @@ use run::{Mode, Options};
 const USAGE: &str = "\
 usage: mnist [--policy NAME] [--backend flex|wgpu|cuda|ndarray] [--epochs N]
              [--batch-size N] [--lr X] [--seed N] [--learner | --custom-loop] [--data DIR]
-             [--train-size N] [--numerics [--numerics-png FILE]]
+             [--train-size N] [--numerics [--numerics-png FILE]] [--cost]
 
   --policy      a dtype policy: float32, mixed_float16 (default), mixed_bfloat16,
                 float8_from_mixed_bfloat16, float8_from_mixed_float16, ...
@@ -43,7 +43,9 @@ usage: mnist [--policy NAME] [--backend flex|wgpu|cuda|ndarray] [--epochs N]
   --train-size  train on the first N of the 8,000 training digits (for quick timings)
   --numerics    under an FP8 policy, print the FP8 numerics of the last training step
                 (amax, underflow and saturation per matmul site) and draw its histogram
-  --numerics-png  where the histogram goes (default target/mnist-fp8-numerics.png)";
+  --numerics-png  where the histogram goes (default target/mnist-fp8-numerics.png)
+  --cost        print what the last training step cost: ops by class and dtype, casts and
+                their bytes, FP8 launches, reads back to the host (burn_amp::cost)";
 
 fn parse(args: impl Iterator<Item = String>) -> Result<(Options, BackendKind), String> {
     let mut options = Options::default();
@@ -66,6 +68,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<(Options, BackendKind), S
                 options.numerics.get_or_insert_with(default_numerics_png);
             }
             "--numerics-png" => options.numerics = Some(PathBuf::from(value("--numerics-png")?)),
+            "--cost" => options.cost = true,
             "--learner" => options.mode = Mode::Learner,
             "--custom-loop" => options.mode = Mode::CustomLoop,
             "--help" | "-h" => return Err(String::new()),
@@ -75,8 +78,10 @@ fn parse(args: impl Iterator<Item = String>) -> Result<(Options, BackendKind), S
     if options.epochs == 0 || options.batch_size == 0 || options.train_size == 0 {
         return Err("--epochs, --batch-size and --train-size must be at least 1".into());
     }
-    if options.numerics.is_some() && options.mode == Mode::Learner {
-        return Err("--numerics records a step of the custom loop; drop --learner".into());
+    if (options.numerics.is_some() || options.cost) && options.mode == Mode::Learner {
+        return Err(
+            "--numerics and --cost record a step of the custom loop; drop --learner".into(),
+        );
     }
     if !(options.lr.is_finite() && options.lr > 0.0) {
         return Err("--lr must be a positive number".into());

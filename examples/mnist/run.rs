@@ -30,6 +30,8 @@ pub struct Options {
     pub train_size: usize,
     /// `--numerics`: where the FP8 numerics histogram of the last step goes.
     pub numerics: Option<PathBuf>,
+    /// `--cost`: print what the last training step cost (`burn_amp::cost`).
+    pub cost: bool,
 }
 
 impl Default for Options {
@@ -44,6 +46,7 @@ impl Default for Options {
             data: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/data/mnist-10k"),
             train_size: TRAIN,
             numerics: None,
+            cost: false,
         }
     }
 }

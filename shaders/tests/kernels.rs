@@ -41,6 +41,7 @@ fn casts() -> Vec<Fp8Cast> {
             [
                 Fp8Cast::new(f),
                 Fp8Cast::new(f).with_overflow(Overflow::NonSaturating),
+                Fp8Cast::new(f).with_overflow(Overflow::SaturateFinite),
                 Fp8Cast::new(f).with_rounding(Rounding::Stochastic { seed: 42 }),
             ]
         })

@@ -19,14 +19,18 @@ fn oracle(x: f32, cast: Fp8Cast) -> u8 {
     let layout = cast.format.layout();
     let sign = if x.is_sign_negative() { 0x80 } else { 0 };
     let overflow = match cast.overflow {
-        Overflow::Saturate => layout.max_finite_code(),
+        Overflow::Saturate | Overflow::SaturateFinite => layout.max_finite_code(),
         Overflow::NonSaturating => layout.overflow_code(),
     };
     if x.is_nan() {
         return sign | layout.nan_code();
     }
     if x.is_infinite() {
-        return sign | overflow;
+        return sign
+            | match cast.overflow {
+                Overflow::Saturate => layout.max_finite_code(),
+                Overflow::NonSaturating | Overflow::SaturateFinite => layout.overflow_code(),
+            };
     }
     let target = f64::from(x.abs());
     let max_code = layout.max_finite_code();
@@ -81,6 +85,7 @@ fn casts() -> Vec<Fp8Cast> {
             [
                 Fp8Cast::new(f),
                 Fp8Cast::new(f).with_overflow(Overflow::NonSaturating),
+                Fp8Cast::new(f).with_overflow(Overflow::SaturateFinite),
             ]
         })
         .collect()
@@ -168,6 +173,12 @@ fn the_edge_cases_follow_the_rules() {
         "61440 ties 57344 (odd) and 65536: inf"
     );
     assert_eq!(encode(61440.0, e5, 0), 0x7b, "saturates");
+    // Saturating finite values only: an infinity stays non-finite, a finite overflow clamps.
+    let sf = |c: Fp8Cast| c.with_overflow(Overflow::SaturateFinite);
+    assert_eq!(encode(1e6, sf(e4), 0), 0x7e);
+    assert_eq!(encode(-1e6, sf(e5), 0), 0xfb);
+    assert_eq!(encode(f32::INFINITY, sf(e4), 0), 0x7f, "NaN in E4M3");
+    assert_eq!(encode(f32::NEG_INFINITY, sf(e5), 0), 0xfc, "-inf in E5M2");
     // Infinities and NaN.
     assert_eq!(encode(f32::INFINITY, ns(e4), 0), 0x7f);
     assert_eq!(encode(f32::NEG_INFINITY, ns(e5), 0), 0xfc);

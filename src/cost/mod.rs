@@ -341,6 +341,17 @@ pub(crate) fn read<T>(read: impl FnOnce() -> T) -> T {
     out
 }
 
+/// Runs `f`, whose reads are copies within host memory (a CPU backend's tensors), and
+/// counts none of them.
+pub(crate) fn uncounted<T>(f: impl FnOnce() -> T) -> T {
+    let saved = RECORDING.with(|r| r.borrow_mut().take());
+    let was = OWN_READ.with(|o| o.replace(true));
+    let out = f();
+    OWN_READ.with(|o| o.set(was));
+    RECORDING.with(|r| *r.borrow_mut() = saved);
+    out
+}
+
 /// A read the decorator saw (`*_into_data`): the user's, unless burn-amp is reading.
 pub(crate) fn user_read() {
     if !OWN_READ.with(Cell::get) {

@@ -25,11 +25,16 @@ use crate::cost;
 /// and [`MixedPrecision<B>`](crate::MixedPrecision) by handing the work to `B` (quantization is not differentiated
 /// here). A custom backend gets the portable path with `impl Fp8Backend for MyBackend {}`.
 pub trait Fp8Backend: Backend {
+    /// Whether the backend's tensors live in host memory (Flex, NdArray): the portable
+    /// methods' copies are then not reads back from a device, and the cost report does not
+    /// count them (`burn_amp::cost`). A backend forwarding to another forwards this too.
+    const HOST_MEMORY: bool = false;
+
     /// The amax of each block (f32, `[layout.num_blocks()]`). A block holding a NaN has a NaN
     /// amax.
     fn fp8_amax(tensor: FloatTensor<Self>, layout: BlockLayout) -> FloatTensor<Self> {
         let device = Self::float_device(&tensor);
-        let values = host_f32::<Self>(tensor);
+        let values = portable_f32::<Self>(tensor);
         let amax = block_amax_bits(&values, layout)
             .into_iter()
             .map(f32::from_bits)
@@ -44,7 +49,7 @@ pub trait Fp8Backend: Backend {
         rule: ScaleRule,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let device = Self::float_device(&amax);
-        let scales: Vec<_> = host_f32::<Self>(amax)
+        let scales: Vec<_> = portable_f32::<Self>(amax)
             .iter()
             .map(|a| block_scale(a.to_bits(), format, rule))
             .collect();
@@ -63,8 +68,8 @@ pub trait Fp8Backend: Backend {
         cast: Fp8Cast,
     ) -> IntTensor<Self> {
         let device = Self::float_device(&tensor);
-        let values = host_f32::<Self>(tensor);
-        let scales = host_f32::<Self>(scales);
+        let values = portable_f32::<Self>(tensor);
+        let scales = portable_f32::<Self>(scales);
         let mut words = vec![0u32; layout.len.div_ceil(4) as usize];
         for (i, x) in values.iter().enumerate() {
             let scale = scales[layout.block_of(i as u32) as usize];
@@ -85,8 +90,8 @@ pub trait Fp8Backend: Backend {
         dtype: FloatDType,
     ) -> FloatTensor<Self> {
         let device = Self::int_device(&codes);
-        let words = host_u32::<Self>(codes);
-        let scale_invs = host_f32::<Self>(scale_invs);
+        let words = portable_u32::<Self>(codes);
+        let scale_invs = portable_f32::<Self>(scale_invs);
         let values: Vec<f32> = (0..layout.len as usize)
             .map(|i| {
                 let code = (words[i / 4] >> (8 * (i % 4))) as u8;
@@ -116,7 +121,7 @@ pub trait Fp8Backend: Backend {
     ) -> FloatTensor<Self> {
         let device = Self::float_device(&tensor);
         let dtype = FloatDType::from(tensor.dtype());
-        let values = host_f32::<Self>(tensor);
+        let values = portable_f32::<Self>(tensor);
         let scales: Vec<_> = block_amax_bits(&values, layout)
             .into_iter()
             .map(|a| block_scale(a, cast.format, rule))
@@ -218,6 +223,24 @@ pub(crate) fn host_f32<B: Backend>(tensor: FloatTensor<B>) -> Vec<f32> {
             .map(|v| v.to_f32())
             .collect(),
         _ => data.convert::<f32>().to_vec::<f32>().expect("f32 data"),
+    }
+}
+
+/// What the portable methods read: a counted read back unless `B`'s memory is the host's.
+pub(crate) fn portable_f32<B: Fp8Backend>(tensor: FloatTensor<B>) -> Vec<f32> {
+    if B::HOST_MEMORY {
+        cost::uncounted(|| host_f32::<B>(tensor))
+    } else {
+        host_f32::<B>(tensor)
+    }
+}
+
+/// [`portable_f32`] for codes.
+pub(crate) fn portable_u32<B: Fp8Backend>(tensor: IntTensor<B>) -> Vec<u32> {
+    if B::HOST_MEMORY {
+        cost::uncounted(|| host_u32::<B>(tensor))
+    } else {
+        host_u32::<B>(tensor)
     }
 }
 

@@ -18,6 +18,8 @@ use crate::fp8::Fp8Backend;
 type Ad<B, C> = Autodiff<B, C>;
 
 impl<B: Fp8Backend, C: CheckpointStrategy> Fp8Backend for Autodiff<B, C> {
+    const HOST_MEMORY: bool = B::HOST_MEMORY;
+
     fn fp8_amax(tensor: FloatTensor<Self>, layout: BlockLayout) -> FloatTensor<Self> {
         Ad::<B, C>::from_inner(B::fp8_amax(Ad::<B, C>::inner(tensor), layout))
     }

@@ -13,6 +13,8 @@ use crate::accum::AccumBackend;
 use crate::fp8::Fp8Backend;
 
 impl<B: Fp8Backend> Fp8Backend for MixedPrecision<B> {
+    const HOST_MEMORY: bool = B::HOST_MEMORY;
+
     fn fp8_amax(tensor: FloatTensor<Self>, layout: BlockLayout) -> FloatTensor<Self> {
         B::fp8_amax(tensor, layout)
     }

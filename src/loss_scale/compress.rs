@@ -1,7 +1,14 @@
 //! Gradient compression before the update (`grads=aps`, `grads=aps_shp`): APS's per-layer
 //! scales, from the maximum over workers of each layer's amax, and the rounding of every
 //! worker's gradient to E5M2 or SHP with them — what an FP8 or 16-bit all-reduce would
-//! carry. Runs on the host (read, round with the kernels' CPU reference, write back).
+//! carry.
+//!
+//! `grads=aps` runs on the device of a backend with FP8 operations (every backend
+//! burn-amp registers): each worker's layer amax (finite values), their maximum, the scale
+//! and the rounding are device ops; nothing is read back. `grads=aps_shp` (and `aps` on a
+//! backend without FP8 operations) runs on the host: each layer's gradient is read back,
+//! rounded with the kernels' CPU reference and written again (one read per layer and worker;
+//! there is no SHP device kernel behind a backend trait yet).
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
@@ -10,22 +17,31 @@ use burn::tensor::{Tensor, TensorData};
 use burn_amp_kernels::fp8::reference::{decode_scaled, encode_scaled};
 use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format};
 use burn_amp_kernels::half16::{Half16, reference as half16};
+use burn_tensor::TensorPrimitive;
+use burn_tensor::ops::FloatTensor;
 
+use crate::MixedPrecision;
 use crate::cost;
+use crate::fp8::training::registry::{self, ApsFn};
 use crate::fp8::{GradientCompression, aps_scale};
 
-type Inner<B> = <B as AutodiffBackend>::InnerBackend;
+/// The gradients' backend under `MixedPrecision<B>`.
+type Inner<B> = <MixedPrecision<B> as AutodiffBackend>::InnerBackend;
+/// The raw backend under the gradients' (their primitives are its).
+type Raw<B> = <B as AutodiffBackend>::InnerBackend;
 
 /// The SHP bias the APS exponent is counted from: f16's, so a scale of 1 is bias 15.
 const SHP_BASE_BIAS: i32 = 15;
 
-struct Compress<'a> {
+struct Compress<'a, B: AutodiffBackend> {
     workers: &'a mut [GradientsParams],
     how: GradientCompression,
+    /// `grads=aps` on the device, where the raw backend has FP8 operations.
+    aps: Option<ApsFn<Raw<B>>>,
 }
 
-impl<B: AutodiffBackend> ModuleVisitor<B> for Compress<'_> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+impl<B: AutodiffBackend> ModuleVisitor<MixedPrecision<B>> for Compress<'_, B> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<MixedPrecision<B>, D>>) {
         let grads: Vec<Option<Tensor<Inner<B>, D>>> = self
             .workers
             .iter_mut()
@@ -33,6 +49,18 @@ impl<B: AutodiffBackend> ModuleVisitor<B> for Compress<'_> {
             .collect();
         let present = grads.iter().flatten().count();
         if present == 0 {
+            return;
+        }
+        if let (GradientCompression::Aps, Some(aps)) = (self.how, self.aps) {
+            let (slots, tensors): (Vec<usize>, Vec<FloatTensor<Raw<B>>>) = grads
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, g)| Some((i, g?.into_primitive().tensor())))
+                .unzip();
+            for (i, rounded) in slots.into_iter().zip(aps(tensors)) {
+                let tensor = Tensor::<Inner<B>, D>::from_primitive(TensorPrimitive::Float(rounded));
+                self.workers[i].register(param.id, tensor);
+            }
             return;
         }
         let hosts: Vec<Option<Vec<f32>>> = grads
@@ -108,13 +136,14 @@ fn round(values: &[f32], amax: f32, workers: usize, how: GradientCompression) ->
 
 /// Rounds each worker's parameter gradients as `how` says, layer by layer, with APS's scale
 /// from the maximum over the workers of the layer's amax.
-pub(crate) fn compress<B: AutodiffBackend, M: AutodiffModule<B>>(
+pub(crate) fn compress<B: AutodiffBackend, M: AutodiffModule<MixedPrecision<B>>>(
     workers: &mut [GradientsParams],
     module: &M,
     how: GradientCompression,
 ) {
     if how != GradientCompression::None && !workers.is_empty() {
-        module.visit(&mut Compress { workers, how });
+        let aps = registry::lookup::<Raw<B>>().and_then(|ops| ops.aps);
+        module.visit(&mut Compress { workers, how, aps });
     }
 }
 

@@ -315,7 +315,7 @@ where
         let how = compression(&module);
         let compress_all = |grads: MultiGradientsParams| {
             let (mut workers, devices): (Vec<_>, Vec<_>) = grads.grads.into_iter().unzip();
-            compress::<MixedPrecision<B>, M>(&mut workers, &module, how);
+            compress::<B, M>(&mut workers, &module, how);
             MultiGradientsParams {
                 grads: workers.into_iter().zip(devices).collect(),
             }
@@ -432,7 +432,7 @@ fn compressed<B: AutodiffBackend, M: AutodiffModule<MixedPrecision<B>>>(
     module: &M,
 ) -> GradientsParams {
     let mut workers = [grads];
-    compress::<MixedPrecision<B>, M>(&mut workers, module, compression(module));
+    compress::<B, M>(&mut workers, module, compression(module));
     let [grads] = workers;
     grads
 }

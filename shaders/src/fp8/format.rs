@@ -203,6 +203,23 @@ pub enum Overflow {
     /// The OCP conversion rule: overflow becomes NaN in E4M3 (no inf there) and ±inf in
     /// E5M2; infinities stay infinite in E5M2 and become NaN in E4M3.
     NonSaturating,
+    /// Finite values past the range clamp to ±max, as under [`Saturate`](Self::Saturate);
+    /// infinities stay non-finite, as under [`NonSaturating`](Self::NonSaturating). What a
+    /// scale that may lag its tensor (delayed scaling) needs: an outlier saturates, an
+    /// overflow upstream still reaches the loss scaler, with no read of the amax first.
+    SaturateFinite,
+}
+
+impl Overflow {
+    /// Whether a finite value past the range clamps to ±max.
+    pub const fn clamps_finite(self) -> bool {
+        matches!(self, Self::Saturate | Self::SaturateFinite)
+    }
+
+    /// Whether an infinity clamps to ±max.
+    pub const fn clamps_infinite(self) -> bool {
+        matches!(self, Self::Saturate)
+    }
 }
 
 /// A conversion: format, rounding and overflow rule.

@@ -92,6 +92,7 @@ pub fn encode(
     index: u32,
     #[comptime] m: u32,
     #[comptime] saturate: bool,
+    #[comptime] saturate_inf: bool,
     #[comptime] stochastic: bool,
 ) -> u32 {
     let max_code = comptime!(if m == 3 { 0x7eu32 } else { 0x7bu32 }).runtime();
@@ -104,12 +105,20 @@ pub fn encode(
         0x7cu32
     })
     .runtime();
+    let inf_code = comptime!(if saturate_inf {
+        if m == 3 { 0x7eu32 } else { 0x7bu32 }
+    } else if m == 3 {
+        0x7fu32
+    } else {
+        0x7cu32
+    })
+    .runtime();
     let sign = (bits >> 24) & 0x80u32;
     let abs = bits & 0x7fff_ffffu32;
     // NaN stays NaN (payloads are not kept: FP8 has room for one NaN per sign).
     let mut code = nan_code;
     if abs == 0x7f80_0000u32 {
-        code = overflow;
+        code = inf_code;
     } else if abs < 0x7f80_0000u32 {
         let biased = i32::cast_from(abs >> 23);
         let mut exponent = biased - 127;
@@ -315,6 +324,7 @@ pub fn quantize_kernel<F: Float>(
     seed: u32,
     #[comptime] m: u32,
     #[comptime] saturate: bool,
+    #[comptime] saturate_inf: bool,
     #[comptime] stochastic: bool,
 ) {
     let k = ABSOLUTE_POS;
@@ -329,7 +339,7 @@ pub fn quantize_kernel<F: Float>(
         if i < len {
             let scale = scales[block_of(i, cols, block_rows, block_cols, blocks_per_row) as usize];
             let bits = scaled(u32::reinterpret(f32::cast_from(input[i as usize])), scale);
-            let code = encode(bits, bias, seed, i, m, saturate, stochastic);
+            let code = encode(bits, bias, seed, i, m, saturate, saturate_inf, stochastic);
             packed |= code << (8 * j);
         }
     }

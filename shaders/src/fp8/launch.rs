@@ -4,7 +4,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use super::format::{Fp8Cast, Fp8Format, Overflow, Rounding};
+use super::format::{Fp8Cast, Fp8Format, Rounding};
 use super::kernel;
 use super::scale::ScaleRule;
 use crate::grid;
@@ -108,7 +108,8 @@ pub fn quantize<R: Runtime, F: Float + CubeElement>(
             cast.format.bias(),
             seed,
             m,
-            cast.overflow == Overflow::Saturate,
+            cast.overflow.clamps_finite(),
+            cast.overflow.clamps_infinite(),
             stochastic,
         );
     }

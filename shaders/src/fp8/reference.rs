@@ -2,7 +2,7 @@
 //! operations only. The CubeCL kernels run the same steps; tests hold them to these
 //! results byte for byte.
 
-use super::format::{Fp8Cast, Fp8Format, Overflow, Rounding};
+use super::format::{Fp8Cast, Fp8Format, Rounding};
 use super::launch::BlockLayout;
 use super::scale::{BlockScale, ScaleRule, block_scale, flush};
 
@@ -90,15 +90,19 @@ pub fn encode(x: f32, cast: Fp8Cast, index: u32) -> u8 {
     let abs = bits & 0x7fff_ffff;
     let layout = cast.format.layout();
     let m = layout.mantissa_bits();
-    let overflow = match cast.overflow {
-        Overflow::Saturate => layout.max_finite_code(),
-        Overflow::NonSaturating => layout.overflow_code(),
+    let clamp = |yes: bool| {
+        if yes {
+            layout.max_finite_code()
+        } else {
+            layout.overflow_code()
+        }
     };
+    let overflow = clamp(cast.overflow.clamps_finite());
     if abs > 0x7f80_0000 {
         return sign | layout.nan_code();
     }
     if abs == 0x7f80_0000 {
-        return sign | overflow;
+        return sign | clamp(cast.overflow.clamps_infinite());
     }
     // |x| = mantissa * 2^(exponent - 23), with the implicit bit made explicit.
     let biased = (abs >> F32_MANTISSA) as i32;

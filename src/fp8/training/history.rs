@@ -17,8 +17,9 @@ use burn_amp_kernels::fp8::{Fp8Format, Fp8Layout};
 use burn_tensor::backend::{Backend, DeviceOps};
 use serde::{Deserialize, Serialize};
 
+use super::device::{DeviceRole, OnDevice};
 use super::scaling::Fp8Role;
-use crate::fp8::Fp8Error;
+use crate::fp8::{Fp8Backend, Fp8Error};
 
 /// A device's lane of the history: its `DeviceId` as `(type, index)`.
 pub(crate) type Lane = (u16, u16);
@@ -48,7 +49,7 @@ pub struct RoleState {
 }
 
 impl RoleState {
-    fn new(role: Fp8Role) -> Self {
+    pub(crate) fn new(role: Fp8Role) -> Self {
         Self {
             history: VecDeque::new(),
             scale: 1.0,
@@ -71,15 +72,55 @@ pub struct SiteState {
     pub roles: BTreeMap<Fp8Role, RoleState>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+/// One role's state as the history keeps it.
+enum RoleSlot {
+    /// Not on a device yet: fresh, or loaded from a record (uploaded at its first step).
+    Host(RoleState),
+    /// On the device of the backend that quantized it, moved by device ops.
+    Device(Box<dyn DeviceRole>),
+}
+
+impl RoleSlot {
+    /// The numbers (a read back when they are on a device).
+    fn view(&self) -> RoleState {
+        match self {
+            RoleSlot::Host(state) => state.clone(),
+            RoleSlot::Device(state) => state.view(),
+        }
+    }
+}
+
+/// One site as the history keeps it.
+struct SiteSlot {
+    site: u32,
+    label: String,
+    roles: BTreeMap<Fp8Role, RoleSlot>,
+}
+
+impl SiteSlot {
+    fn view(&self) -> SiteState {
+        SiteState {
+            site: self.site,
+            label: self.label.clone(),
+            roles: self.roles.iter().map(|(r, s)| (*r, s.view())).collect(),
+        }
+    }
+}
+
+#[derive(Default)]
 struct LaneState {
-    sites: Vec<SiteState>,
+    sites: Vec<SiteSlot>,
     next: u32,
 }
 
 /// The state of delayed and exponent-bias FP8 scaling: per device, per matmul site and per
 /// role (input, weight, gradient), the amax history, the scale or bias in force and the
 /// format used.
+///
+/// The numbers live on the device that quantized the tensors, in tensors moved by device
+/// ops in the step that quantizes (nothing of a step is read back to decide anything); the
+/// accessors that show them ([`sites`](Self::sites), [`to_record`](Self::to_record),
+/// `Display`) read them back when called.
 ///
 /// A [`LossScaleOptimizer`](crate::LossScaleOptimizer) owns one: it is bound to the
 /// optimizer's devices with its loss scale, saved in its record and restored (validated)
@@ -128,7 +169,7 @@ impl Fp8History {
         let site = state.next;
         state.next += 1;
         if state.sites.len() <= site as usize {
-            state.sites.push(SiteState {
+            state.sites.push(SiteSlot {
                 site,
                 label: label(),
                 roles: BTreeMap::new(),
@@ -148,35 +189,56 @@ impl Fp8History {
         }
     }
 
-    /// Runs `f` on the state of `slot`'s `role` (created when first seen).
-    pub(crate) fn with_role<R>(
+    /// Runs `f` on the device state of `slot`'s `role` (created when first seen, uploaded
+    /// to `device` from a loaded record, its history fitted to `capacity`).
+    pub(crate) fn with_device<I: Fp8Backend, R>(
         &self,
         slot: &Slot,
         role: Fp8Role,
-        f: impl FnOnce(&mut RoleState) -> R,
+        capacity: usize,
+        device: &I::Device,
+        f: impl FnOnce(&mut OnDevice<I>) -> R,
     ) -> R {
         let mut lanes = self.lock();
         let lane = lanes.entry(slot.lane).or_default();
         while lane.sites.len() <= slot.site as usize {
             let site = lane.sites.len() as u32;
-            lane.sites.push(SiteState {
+            lane.sites.push(SiteSlot {
                 site,
                 label: format!("site {site}"),
                 roles: BTreeMap::new(),
             });
         }
         let site = &mut lane.sites[slot.site as usize];
-        f(site
+        let entry = site
             .roles
             .entry(role)
-            .or_insert_with(|| RoleState::new(role)))
+            .or_insert_with(|| RoleSlot::Host(RoleState::new(role)));
+        let on_device = match entry {
+            RoleSlot::Device(state) => state.as_any_mut().is::<OnDevice<I>>(),
+            RoleSlot::Host(_) => false,
+        };
+        if !on_device {
+            // First step, a loaded record, or another backend's state: put on this device.
+            let state = entry.view();
+            *entry = RoleSlot::Device(Box::new(OnDevice::<I>::upload(&state, capacity, device)));
+        }
+        let RoleSlot::Device(state) = entry else {
+            unreachable!("put on the device above")
+        };
+        let state = state
+            .as_any_mut()
+            .downcast_mut::<OnDevice<I>>()
+            .expect("checked above");
+        state.fit(capacity);
+        f(state)
     }
 
     /// The sites of `device`, in call order.
     pub fn sites<D: DeviceOps>(&self, device: &D) -> Vec<SiteState> {
         self.lock()
             .get(&lane_of(device))
-            .map(|l| l.sites.clone())
+            .map(|l| l.sites.iter().map(SiteSlot::view).collect())
             .unwrap_or_default()
     }
 
@@ -199,7 +261,11 @@ impl Fp8History {
                 .map(|(lane, state)| LaneRecord {
                     device_type: lane.0,
                     device_index: lane.1,
-                    sites: state.sites.iter().map(SiteRecord::from).collect(),
+                    sites: state
+                        .sites
+                        .iter()
+                        .map(|s| SiteRecord::from(&s.view()))
+                        .collect(),
                 })
                 .collect(),
         }
@@ -218,7 +284,18 @@ impl Fp8History {
                 .sites
                 .into_iter()
                 .enumerate()
-                .map(|(i, s)| s.into_state(i as u32))
+                .map(|(i, s)| {
+                    let state = s.into_state(i as u32);
+                    SiteSlot {
+                        site: state.site,
+                        label: state.label,
+                        roles: state
+                            .roles
+                            .into_iter()
+                            .map(|(role, r)| (role, RoleSlot::Host(r)))
+                            .collect(),
+                    }
+                })
                 .collect();
             lanes.insert(
                 (device.device_type, device.device_index),
@@ -242,7 +319,7 @@ impl fmt::Display for Fp8History {
             if lanes.len() > 1 {
                 writeln!(f, "device {}:{}", lane.0, lane.1)?;
             }
-            for site in &state.sites {
+            for site in state.sites.iter().map(SiteSlot::view) {
                 for (role, r) in &site.roles {
                     let max = r.history.iter().copied().filter(|a| a.is_finite());
                     let max = max.fold(0.0f32, f32::max);

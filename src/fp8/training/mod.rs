@@ -51,6 +51,8 @@
 //! [`Fp8Scaling`]: crate::fp8::Fp8Scaling
 //! [`Fp8Numerics`]: crate::fp8::Fp8Numerics
 
+mod aps;
+mod device;
 mod history;
 mod numerics;
 mod quant;

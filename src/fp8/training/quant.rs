@@ -15,19 +15,19 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn_amp_kernels::fp8::launch::BlockLayout;
-use burn_amp_kernels::fp8::scale::{BlockScale, ScaleRule};
-use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format, Fp8Layout, Overflow};
+use burn_amp_kernels::fp8::scale::ScaleRule;
+use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format};
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
-use burn_tensor::{DType, FloatDType, Shape, Tensor, TensorMetadata, TensorPrimitive};
+use burn_tensor::{Bool, DType, FloatDType, Shape, Tensor, TensorMetadata, TensorPrimitive};
 
+use super::device::{self, Vector};
 use super::history::Slot;
-use super::numerics::{self, Candidates, SiteTag};
-use super::rules;
+use super::numerics::{self, Candidates, FORMATS, SiteTag};
 use super::scaling::{Fp8Formats, Fp8Role, Fp8Scaling};
 use crate::cost;
-use crate::fp8::Fp8Backend;
-use crate::fp8::backend::{float_vec, host_f32};
+use crate::fp8::backend::host_f32;
+use crate::fp8::{Fp8Backend, Overflow};
 
 /// How one tensor of one site is quantized: its role, the policy's scaling and format
 /// choice, where its state lives (stateful scalings under autodiff) and where the numerics
@@ -47,14 +47,6 @@ impl Plan {
     fn is_plain(&self) -> bool {
         self.formats == Fp8Formats::Hybrid && self.slot.is_none()
     }
-}
-
-/// What a tensor is rounded with, once decided.
-struct Decision {
-    cast: Fp8Cast,
-    /// The per-tensor scale of a stateful scaling; `None`: current scales per block.
-    scale: Option<BlockScale>,
-    candidates: Candidates,
 }
 
 /// `tensor` rounded to FP8 as `plan` says, back in its own dtype and shape. f64 and empty
@@ -88,163 +80,220 @@ pub(crate) fn fake_quantize<I: Fp8Backend>(tensor: FloatTensor<I>, plan: Plan) -
         cost::fp8("fake_quantize");
         I::fp8_fake_quantize(flat, layout, cast, rule)
     } else {
-        let decision = decide::<I>(&flat, &plan);
+        let decided = decide::<I>(&flat, &plan);
         if let Some(tag) = &plan.site {
-            let c = &decision.candidates;
-            numerics::record::<I>(tag, plan.role, recipe, flat.clone(), &shape, c);
+            let candidates = decided.candidates();
+            numerics::record::<I>(tag, plan.role, recipe, flat.clone(), &shape, &candidates);
         }
-        match decision.scale {
-            Some(scale) => round_trip::<I>(flat, scale, layout, decision.cast, dtype),
-            None => {
-                cost::fp8("fake_quantize");
-                I::fp8_fake_quantize(flat, layout, decision.cast, rule)
-            }
-        }
+        decided.round(flat, layout, rule)
     };
     debug_assert_eq!(FloatDType::from(values.dtype()), dtype);
     I::float_reshape(values, shape)
 }
 
-/// Quantizes with one given scale and decodes again.
-fn round_trip<I: Fp8Backend>(
-    flat: FloatTensor<I>,
-    scale: BlockScale,
-    layout: BlockLayout,
-    cast: Fp8Cast,
-    dtype: FloatDType,
-) -> FloatTensor<I> {
-    let device = I::float_device(&flat);
-    let scales = float_vec::<I>(vec![scale.scale], &device);
-    let scale_invs = float_vec::<I>(vec![scale.scale_inv], &device);
-    cost::fp8("quantize");
-    let codes = I::fp8_quantize(flat, scales, layout, cast);
-    cost::fp8("dequantize");
-    I::fp8_dequantize(codes, scale_invs, layout, cast.format, dtype)
+/// The history length exponent-bias scaling keeps (for the report only).
+const BIAS_HISTORY: usize = 16;
+
+/// Which candidate a tensor is rounded with.
+enum Choice<I: Backend> {
+    /// Known on the host: the role's format.
+    Host(usize),
+    /// Chosen on the device (`format=auto`): `[1]` true for E5M2.
+    Device(Tensor<I, 1, Bool>),
 }
 
-/// The per-tensor amax (one read back to the host).
-fn amax<I: Fp8Backend>(flat: &FloatTensor<I>) -> f32 {
+/// What a stateful or automatic tensor is rounded with: each candidate's per-tensor scale
+/// and inverse on the device (`None`: current scales per block), whether the format carries
+/// an exponent bias (its scale is then the bias's power of two), and the choice.
+struct Decided<I: Backend> {
+    scales: [Option<(Vector<I>, Vector<I>)>; 2],
+    biased: bool,
+    choice: Choice<I>,
+    overflow: Overflow,
+}
+
+/// Decides scale and format on the device and moves the slot's state in the same step:
+/// each format's candidate (its scale from the history, its bias, or current scaling), the
+/// format (the role's, or `format=auto`'s choice from the values each candidate would
+/// lose), then the history and the choice recorded. Reads nothing back.
+fn decide<I: Fp8Backend>(flat: &FloatTensor<I>, plan: &Plan) -> Decided<I> {
+    let device = I::float_device(flat);
     let len = flat.shape().num_elements() as u32;
     cost::fp8("amax");
-    host_f32::<I>(I::fp8_amax(flat.clone(), BlockLayout::per_tensor(len)))[0]
-}
-
-const LAYOUTS: [Fp8Layout; 2] = [Fp8Layout::E4M3, Fp8Layout::E5M2];
-
-/// Decides format and scale for a tensor under a stateful scaling or `format=auto`, and
-/// moves the state of its slot: each format's candidate (its scale from the history, its
-/// bias, or current scaling), the format (the role's, or `format=auto`'s choice from the
-/// values each candidate would lose), then the history and choice recorded.
-fn decide<I: Fp8Backend>(flat: &FloatTensor<I>, plan: &Plan) -> Decision {
-    let amax = amax::<I>(flat);
-    let slot = plan.slot.as_ref();
-    // Each format's (format with its bias, per-tensor scale or None for current scaling).
-    let mut formats = numerics::FORMATS;
-    let mut scales: [Option<BlockScale>; 2] = [None; 2];
-    if let Some(slot) = slot {
-        slot.history.with_role(slot, plan.role, |state| {
-            for (f, layout) in LAYOUTS.iter().enumerate() {
-                match plan.scaling {
-                    Fp8Scaling::Delayed(recipe) => {
-                        let pick = rules::delayed_amax(&state.history, recipe.amax).unwrap_or(amax);
-                        scales[f] = Some(rules::float_scale(pick, formats[f], recipe.margin));
-                    }
-                    Fp8Scaling::ExponentBias(recipe) => {
-                        let ideal = rules::ideal_bias(amax, *layout);
-                        let bias = rules::next_bias(state.bias[f], ideal, recipe.drift, *layout);
-                        formats[f] = Fp8Format::new(*layout, bias).unwrap_or(formats[f]);
-                        scales[f] = Some(BlockScale {
-                            scale: 1.0,
-                            scale_inv: 1.0,
-                            e8m0: 127,
-                        });
-                    }
-                    _ => {}
-                }
-            }
-        });
-    }
-    let chosen = match plan.formats {
-        Fp8Formats::Hybrid => plan.role.cast().format.layout(),
-        Fp8Formats::Auto => {
-            let effective = |f: usize| {
-                scales[f].map_or_else(
-                    || rules::float_scale(amax, formats[f], 0).scale,
-                    |s| s.scale,
-                )
-            };
-            let (count, lost) = lost_counts::<I>(flat, formats, [effective(0), effective(1)]);
-            rules::choose_format(count, lost[0], lost[1])
+    let amax = Vector::<I>::from_primitive(TensorPrimitive::Float(I::fp8_amax(
+        flat.clone(),
+        BlockLayout::per_tensor(len),
+    )));
+    let auto = plan.formats == Fp8Formats::Auto;
+    let fixed = device::fixed_index(plan.role);
+    let wanted = |f: usize| auto || f == fixed;
+    let values = || Vector::<I>::from_primitive(TensorPrimitive::Float(flat.clone()));
+    // Current scales of the whole tensor: what `format=auto` weighs a current candidate by.
+    let current =
+        |f: usize| device::fp8_scales(&amax, FORMATS[f], ScaleRule::Float { margin: 0 }).0;
+    let choose = |scales: &[Option<(Vector<I>, Vector<I>)>; 2]| {
+        if auto {
+            let [s0, s1] = [0, 1].map(|f| {
+                scales[f]
+                    .as_ref()
+                    .map_or_else(|| current(f), |s| s.0.clone())
+            });
+            Choice::Device(device::choose_e5m2(&values(), [&s0, &s1]))
+        } else {
+            Choice::Host(fixed)
         }
     };
-    let f = usize::from(chosen == Fp8Layout::E5M2);
-    // A stateful scale may lag the tensor: finite values past the range saturate (as in
-    // Transformer Engine); an inf or NaN stays non-finite for the loss scaler.
-    let overflow = if slot.is_some() && amax.is_finite() {
-        Overflow::Saturate
-    } else {
-        Overflow::NonSaturating
+    let Some(slot) = &plan.slot else {
+        let scales = [None, None];
+        let choice = choose(&scales);
+        return Decided {
+            scales,
+            biased: false,
+            choice,
+            overflow: Overflow::NonSaturating,
+        };
     };
-    if let Some(slot) = slot {
-        slot.history.with_role(slot, plan.role, |state| {
-            if let Fp8Scaling::Delayed(recipe) = plan.scaling {
-                rules::push_amax(&mut state.history, amax, recipe.history);
+    let capacity = match plan.scaling {
+        Fp8Scaling::Delayed(recipe) => recipe.history as usize,
+        _ => BIAS_HISTORY,
+    };
+    slot.history
+        .with_device::<I, _>(slot, plan.role, capacity, &device, |state| {
+            let mut scales: [Option<(Vector<I>, Vector<I>)>; 2] = [None, None];
+            let mut biased = false;
+            match plan.scaling {
+                Fp8Scaling::Delayed(recipe) => {
+                    let pick = state.delayed_amax(recipe.amax, &amax);
+                    let rule = ScaleRule::Float {
+                        margin: recipe.margin,
+                    };
+                    for (f, scale) in scales.iter_mut().enumerate() {
+                        if wanted(f) {
+                            *scale = Some(device::fp8_scales(&pick, FORMATS[f], rule));
+                        }
+                    }
+                }
+                Fp8Scaling::ExponentBias(recipe) => {
+                    let bias = state.next_bias(&amax, recipe.drift);
+                    for (f, scale) in scales.iter_mut().enumerate() {
+                        if wanted(f) {
+                            let s = bias.clone().slice(f..f + 1);
+                            *scale = Some((s.clone(), s.recip()));
+                        }
+                    }
+                    biased = true;
+                }
+                _ => {}
             }
-            if let Fp8Scaling::ExponentBias(_) = plan.scaling {
-                state.bias = [Some(formats[0].bias()), Some(formats[1].bias())];
-                rules::push_amax(&mut state.history, amax, 16);
+            let choice = choose(&scales);
+            // The scale the report and the record show: 1 for a biased format.
+            let used = |f: usize| match (&scales[f], biased) {
+                (Some((s, _)), false) => s.clone(),
+                _ => Vector::<I>::ones([1], &device),
+            };
+            match &choice {
+                Choice::Host(f) => {
+                    state.scale = used(*f);
+                    state.chose(*f);
+                }
+                Choice::Device(e5m2) => {
+                    state.scale = used(0).mask_where(e5m2.clone(), used(1));
+                    state.chose_on_device(e5m2);
+                }
             }
-            state.scale = scales[f].map_or(1.0, |s| s.scale);
-            state.format = formats[f];
+            state.push(&amax);
             state.steps += 1;
-            state.chosen[f] += 1;
-        });
-    }
-    Decision {
-        cast: Fp8Cast::new(formats[f]).with_overflow(overflow),
-        scale: scales[f],
-        candidates: Candidates {
-            formats,
-            scales: scales.map(|s| s.map(|s| s.scale)),
-            chosen: f,
-        },
-    }
+            Decided {
+                scales,
+                biased,
+                choice,
+                // A scale from earlier steps may lag the tensor: finite values past the
+                // range saturate (as in Transformer Engine); an infinity stays non-finite,
+                // for the loss scaler.
+                overflow: Overflow::SaturateFinite,
+            }
+        })
 }
 
-/// How many of `flat`'s values each candidate (format, scale) would lose: nonzero values
-/// that round to zero (at most half the smallest subnormal after scaling) plus values past
-/// the rounding boundary above the largest value. Counted on the device, one read back.
-fn lost_counts<I: Fp8Backend>(
-    flat: &FloatTensor<I>,
-    formats: [Fp8Format; 2],
-    scales: [f32; 2],
-) -> (u64, [u64; 2]) {
-    let x = Tensor::<I, 1>::from_primitive(TensorPrimitive::Float(flat.clone()))
-        .cast(FloatDType::F32)
-        .abs();
-    let count = x.dims()[0] as u64;
-    let lost: Vec<Tensor<I, 1, burn_tensor::Int>> = (0..2)
-        .map(|f| {
-            let format = formats[f];
-            let s = f64::from(scales[f]);
-            let m = format.layout().mantissa_bits() as i32;
-            let max = f64::from(format.max());
-            let half_ulp = 2f64.powi(max.log2().floor() as i32 - m - 1);
-            let lo = (f64::from(format.min_subnormal()) / 2.0 / s) as f32;
-            let hi = ((max + half_ulp) / s) as f32;
-            let under = x
-                .clone()
-                .greater_elem(0.0)
-                .bool_and(x.clone().lower_equal_elem(lo))
-                .int()
-                .sum();
-            let over = x.clone().greater_elem(hi).int().sum();
-            under + over
-        })
-        .collect();
-    let data = cost::read(|| Tensor::cat(lost, 0).into_data()).convert::<i64>();
-    let v = data.to_vec::<i64>().expect("counts");
-    (count, [v[0].max(0) as u64, v[1].max(0) as u64])
+impl<I: Fp8Backend> Decided<I> {
+    /// `flat` rounded with the chosen candidate (both, and one kept, when the choice is on
+    /// the device).
+    fn round(self, flat: FloatTensor<I>, layout: BlockLayout, rule: ScaleRule) -> FloatTensor<I> {
+        let dtype = FloatDType::from(flat.dtype());
+        let len = flat.shape().num_elements();
+        let quantize = |f: usize| {
+            let cast = Fp8Cast::new(FORMATS[f]).with_overflow(self.overflow);
+            match &self.scales[f] {
+                Some((scale, inv)) => {
+                    let per_tensor = BlockLayout::per_tensor(len as u32);
+                    cost::fp8("quantize");
+                    let codes = I::fp8_quantize(
+                        flat.clone(),
+                        scale.clone().into_primitive().tensor(),
+                        per_tensor,
+                        cast,
+                    );
+                    cost::fp8("dequantize");
+                    I::fp8_dequantize(
+                        codes,
+                        inv.clone().into_primitive().tensor(),
+                        per_tensor,
+                        cast.format,
+                        dtype,
+                    )
+                }
+                None => {
+                    cost::fp8("fake_quantize");
+                    I::fp8_fake_quantize(flat.clone(), layout, cast, rule)
+                }
+            }
+        };
+        match &self.choice {
+            Choice::Host(f) => quantize(*f),
+            Choice::Device(e5m2) => {
+                let wrap = |t| Vector::<I>::from_primitive(TensorPrimitive::Float(t));
+                let e4 = wrap(quantize(0));
+                let e5 = wrap(quantize(1));
+                e4.mask_where(e5m2.clone().expand([len]), e5)
+                    .into_primitive()
+                    .tensor()
+            }
+        }
+    }
+
+    /// The candidates as the numerics report takes them (reads the scales and the choice
+    /// back: the report reads while it records).
+    fn candidates(&self) -> Candidates {
+        let read = |t: &Vector<I>| host_f32::<I>(t.clone().into_primitive().tensor())[0];
+        let mut formats = FORMATS;
+        let mut scales = [None; 2];
+        for f in 0..2 {
+            if let Some((s, _)) = &self.scales[f] {
+                let s = read(s);
+                if self.biased {
+                    // Shown as the biased format at scale 1, as the bias rule states it.
+                    let layout = formats[f].layout();
+                    let bias = layout.default_bias() + s.log2().round() as i32;
+                    formats[f] = Fp8Format::new(layout, bias).unwrap_or(formats[f]);
+                    scales[f] = Some(1.0);
+                } else {
+                    scales[f] = Some(s);
+                }
+            }
+        }
+        let chosen = match &self.choice {
+            Choice::Host(f) => *f,
+            Choice::Device(e5m2) => {
+                let mask = e5m2.clone().float().into_primitive().tensor();
+                usize::from(host_f32::<I>(mask)[0] != 0.0)
+            }
+        };
+        Candidates {
+            formats,
+            scales,
+            chosen,
+        }
+    }
 }
 
 /// The two autodiff steps of FP8 training, for `Autodiff<I, C>`.

@@ -21,6 +21,10 @@ use crate::fp8::Fp8Backend;
 /// Quantizes a tensor for one role of one site as its [`Plan`] says.
 pub(crate) type QuantFn<B> = fn(FloatTensor<B>, Plan) -> FloatTensor<B>;
 
+/// APS (`grads=aps`) of one layer: every worker's gradient of it rounded to E5M2 with the
+/// layer's scale, on the device.
+pub(crate) type ApsFn<B> = fn(Vec<FloatTensor<B>>) -> Vec<FloatTensor<B>>;
+
 /// The FP8 operations of one backend type.
 pub(crate) struct Fp8Ops<B: Backend> {
     /// Forward: the tensor fake-quantized (FP8 values, in the tensor's dtype), with a
@@ -29,6 +33,8 @@ pub(crate) struct Fp8Ops<B: Backend> {
     /// Backward: identity forward; the gradient flowing back through it is fake-quantized.
     /// `None` when `B` records no gradients.
     pub quantize_grad: Option<QuantFn<B>>,
+    /// APS gradient compression, for `B` without autodiff (the gradients' backend).
+    pub aps: Option<ApsFn<B>>,
 }
 
 impl<B: Backend> Clone for Fp8Ops<B> {
@@ -59,6 +65,7 @@ fn insert_autodiff<I: Fp8Backend, C: CheckpointStrategy>(map: &mut Registry) {
         Fp8Ops {
             quantize: <Autodiff<I, C> as Quantize>::straight_through,
             quantize_grad: Some(<Autodiff<I, C> as Quantize>::quantize_grad),
+            aps: None,
         },
     );
 }
@@ -69,6 +76,7 @@ fn insert_all<I: Fp8Backend>(map: &mut Registry) {
         Fp8Ops {
             quantize: quant::fake_quantize::<I>,
             quantize_grad: None,
+            aps: Some(super::aps::aps_e5m2::<I>),
         },
     );
     insert_autodiff::<I, NoCheckpointing>(map);

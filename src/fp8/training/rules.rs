@@ -1,12 +1,19 @@
 //! The rules of the stateful and automatic options, as plain functions of numbers: the
 //! delayed scale, the exponent bias and its drift, the automatic format choice, and APS's
-//! per-layer gradient scale.
+//! per-layer gradient scale. Training runs them on the device (`super::device`); the host
+//! statements of the delayed and bias rules are kept for the tests that hold the device's
+//! to them.
 
+#[cfg(test)]
 use std::collections::VecDeque;
 
+#[cfg(test)]
+use burn_amp_kernels::fp8::Fp8Format;
+use burn_amp_kernels::fp8::Fp8Layout;
+#[cfg(test)]
 use burn_amp_kernels::fp8::scale::{BlockScale, ScaleRule, block_scale};
-use burn_amp_kernels::fp8::{Fp8Format, Fp8Layout};
 
+#[cfg(test)]
 use crate::fp8::AmaxCompute;
 
 /// How much larger a share of its values E4M3 may lose (to underflow or saturation) than
@@ -34,6 +41,7 @@ pub fn choose_format(count: u64, lost_e4m3: u64, lost_e5m2: u64) -> Fp8Layout {
     }
 }
 
+#[cfg(test)] // The host statement of the rule: the device's is tested against it.
 /// The amax the delayed scale follows: the history's largest finite one (`Max`) or its
 /// newest if finite (`MostRecent`); `None` when there is none (a site's first step, or
 /// only zero or non-finite amaxes so far).
@@ -49,6 +57,7 @@ pub(crate) fn delayed_amax(history: &VecDeque<f32>, rule: AmaxCompute) -> Option
     (pick.is_finite() && pick > 0.0).then_some(pick)
 }
 
+#[cfg(test)] // The host statement of the rule: the device's is tested against it.
 /// Appends `amax` to `history`, dropping the oldest past `length`.
 pub(crate) fn push_amax(history: &mut VecDeque<f32>, amax: f32, length: u32) {
     history.push_back(amax.abs());
@@ -57,11 +66,13 @@ pub(crate) fn push_amax(history: &mut VecDeque<f32>, amax: f32, length: u32) {
     }
 }
 
+#[cfg(test)] // The host statement of the rule: the device's is tested against it.
 /// The scale `max / amax / 2^margin` (Transformer Engine's float scale).
 pub(crate) fn float_scale(amax: f32, format: Fp8Format, margin: u32) -> BlockScale {
     block_scale(amax.to_bits(), format, ScaleRule::Float { margin })
 }
 
+#[cfg(test)] // The host statement of the rule: the device's is tested against it.
 /// The largest exponent bias whose largest value still holds `amax` (the most precision
 /// without overflow), within 0..=63; `None` for a zero or non-finite amax.
 pub(crate) fn ideal_bias(amax: f32, layout: Fp8Layout) -> Option<i32> {
@@ -78,6 +89,7 @@ pub(crate) fn ideal_bias(amax: f32, layout: Fp8Layout) -> Option<i32> {
     Some((layout.default_bias() + k).clamp(Fp8Format::MIN_BIAS, Fp8Format::MAX_BIAS))
 }
 
+#[cfg(test)] // The host statement of the rule: the device's is tested against it.
 /// CFloat8's bias update: the first bias is the ideal one; then it is lowered at once when
 /// the tensor would overflow it, raised when the tensor has drifted more than `drift`
 /// binades below its range, and left alone otherwise.

@@ -1,0 +1,76 @@
+//! APS (`grads=aps`) of one layer on the device: the FP8 operation the loss scaler's
+//! gradient compression (`crate::loss_scale`) finds in the registry.
+
+use burn_amp_kernels::fp8::launch::BlockLayout;
+use burn_amp_kernels::fp8::scale::ScaleRule;
+use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format, Overflow};
+use burn_tensor::ops::FloatTensor;
+use burn_tensor::{FloatDType, Shape, Tensor, TensorMetadata, TensorPrimitive};
+
+use super::device::{finite_mask, fp8_scales};
+use crate::cost;
+use crate::fp8::Fp8Backend;
+
+/// `grads=aps` for one layer on the device: every worker's gradient of it rounded to E5M2
+/// (non-saturating) with the largest power-of-two scale `s` such that the sum of all the
+/// workers' scaled gradients cannot overflow ([`aps_scale`] of the maximum over the workers
+/// of the layer's finite amax). The workers' amaxes meet on the first one's device; nothing
+/// is read back. With a worker count that is not a power of two the total is rounded up in
+/// f32, so near a power-of-two boundary the scale may be half the host rule's (never
+/// larger: the sum still cannot overflow).
+pub(crate) fn aps_e5m2<I: Fp8Backend>(grads: Vec<FloatTensor<I>>) -> Vec<FloatTensor<I>> {
+    let Some(first) = grads.first() else {
+        return grads;
+    };
+    let device = I::float_device(first);
+    let flat = |g: &FloatTensor<I>| {
+        let n = g.shape().num_elements();
+        Tensor::<I, 1>::from_primitive(TensorPrimitive::Float(I::float_reshape(
+            g.clone(),
+            Shape::new([n]),
+        )))
+    };
+    let amaxes: Vec<Tensor<I, 1>> = grads
+        .iter()
+        .filter(|g| g.shape().num_elements() > 0)
+        .map(|g| {
+            let x = flat(g).cast(FloatDType::F32).abs();
+            let bad = finite_mask(x.clone()).bool_not();
+            x.mask_fill(bad, 0.0).max().to_device(&device)
+        })
+        .collect();
+    if amaxes.is_empty() {
+        return grads;
+    }
+    let workers = grads.len();
+    let factor = if workers.is_power_of_two() {
+        workers as f32
+    } else {
+        workers as f32 * (1.0 + 2.0 * f32::EPSILON)
+    };
+    let total = Tensor::cat(amaxes, 0).max().mul_scalar(factor);
+    let format = Fp8Format::E5M2;
+    let (scale, inv) = fp8_scales::<I>(&total, format, ScaleRule::PowerOfTwo { margin: 0 });
+    let cast = Fp8Cast::new(format).with_overflow(Overflow::NonSaturating);
+    grads
+        .into_iter()
+        .map(|g| {
+            let shape = g.shape();
+            let len = shape.num_elements();
+            if len == 0 {
+                return g;
+            }
+            let dtype = FloatDType::from(g.dtype());
+            let at = I::float_device(&g);
+            let layout = BlockLayout::per_tensor(len as u32);
+            let values = I::float_reshape(g, Shape::new([len]));
+            let scale = scale.clone().to_device(&at).into_primitive().tensor();
+            let inv = inv.clone().to_device(&at).into_primitive().tensor();
+            cost::fp8("quantize");
+            let codes = I::fp8_quantize(values, scale, layout, cast);
+            cost::fp8("dequantize");
+            let rounded = I::fp8_dequantize(codes, inv, layout, format, dtype);
+            I::float_reshape(rounded, shape)
+        })
+        .collect()
+}
