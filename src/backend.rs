@@ -5,6 +5,8 @@
 #[macro_use]
 mod forward;
 pub(crate) mod autocast;
+#[cfg(feature = "ddp")]
+mod distributed;
 mod gradients;
 mod ops;
 pub(crate) mod scale;
@@ -259,6 +261,28 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
 
     fn q_from_inner(tensor: QuantizedTensor<Self::InnerBackend>) -> QuantizedTensor<Self> {
         B::q_from_inner(tensor)
+    }
+
+    /// Forwarded: the parameters Burn's DDP strategy marks are `B`'s tensors, whose
+    /// gradients `B`'s backward pass all-reduces (the default would silently mark nothing).
+    #[cfg(feature = "ddp")]
+    fn set_distributed_params(
+        tensor: FloatTensor<Self>,
+        param_id: burn_tensor::backend::distributed::DistributedParamId,
+    ) -> FloatTensor<Self> {
+        B::set_distributed_params(tensor, param_id)
+    }
+
+    #[cfg(feature = "ddp")]
+    fn distributed_params(
+        tensor: &FloatTensor<Self>,
+    ) -> Option<burn_tensor::backend::distributed::DistributedParams> {
+        B::distributed_params(tensor)
+    }
+
+    #[cfg(feature = "ddp")]
+    fn is_distributed(tensor: &FloatTensor<Self>) -> bool {
+        B::is_distributed(tensor)
     }
 }
 

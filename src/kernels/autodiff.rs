@@ -7,7 +7,7 @@ use burn_amp_kernels::fp8::launch::BlockLayout;
 use burn_amp_kernels::fp8::scale::ScaleRule;
 use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format};
 use burn_tensor::FloatDType;
-use burn_tensor::backend::AutodiffBackend;
+use burn_tensor::backend::Backend;
 use burn_tensor::ops::{FloatTensor, IntTensor};
 
 use burn_amp_kernels::accum::{AccumConfig, Fp8MatmulConfig};
@@ -15,13 +15,24 @@ use burn_amp_kernels::accum::{AccumConfig, Fp8MatmulConfig};
 use crate::accum::AccumBackend;
 use crate::fp8::Fp8Backend;
 
-type Ad<B, C> = Autodiff<B, C>;
+/// The inner tensor (not through `AutodiffBackend::inner`: with Burn's `distributed` feature
+/// `Autodiff<B>` is an `AutodiffBackend` only for `B: DistributedBackend`).
+fn inner<B: Backend, C: CheckpointStrategy>(tensor: FloatTensor<Autodiff<B, C>>) -> FloatTensor<B> {
+    tensor.primitive
+}
+
+/// A new leaf around an inner tensor.
+fn from_inner<B: Backend, C: CheckpointStrategy>(
+    tensor: FloatTensor<B>,
+) -> FloatTensor<Autodiff<B, C>> {
+    <FloatTensor<Autodiff<B, C>>>::new(tensor)
+}
 
 impl<B: Fp8Backend, C: CheckpointStrategy> Fp8Backend for Autodiff<B, C> {
     const HOST_MEMORY: bool = B::HOST_MEMORY;
 
     fn fp8_amax(tensor: FloatTensor<Self>, layout: BlockLayout) -> FloatTensor<Self> {
-        Ad::<B, C>::from_inner(B::fp8_amax(Ad::<B, C>::inner(tensor), layout))
+        from_inner::<B, C>(B::fp8_amax(inner::<B, C>(tensor), layout))
     }
 
     fn fp8_scales(
@@ -29,8 +40,8 @@ impl<B: Fp8Backend, C: CheckpointStrategy> Fp8Backend for Autodiff<B, C> {
         format: Fp8Format,
         rule: ScaleRule,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let (s, si) = B::fp8_scales(Ad::<B, C>::inner(amax), format, rule);
-        (Ad::<B, C>::from_inner(s), Ad::<B, C>::from_inner(si))
+        let (s, si) = B::fp8_scales(inner::<B, C>(amax), format, rule);
+        (from_inner::<B, C>(s), from_inner::<B, C>(si))
     }
 
     fn fp8_quantize(
@@ -39,12 +50,7 @@ impl<B: Fp8Backend, C: CheckpointStrategy> Fp8Backend for Autodiff<B, C> {
         layout: BlockLayout,
         cast: Fp8Cast,
     ) -> IntTensor<Self> {
-        B::fp8_quantize(
-            Ad::<B, C>::inner(tensor),
-            Ad::<B, C>::inner(scales),
-            layout,
-            cast,
-        )
+        B::fp8_quantize(inner::<B, C>(tensor), inner::<B, C>(scales), layout, cast)
     }
 
     fn fp8_dequantize(
@@ -54,8 +60,8 @@ impl<B: Fp8Backend, C: CheckpointStrategy> Fp8Backend for Autodiff<B, C> {
         format: Fp8Format,
         dtype: FloatDType,
     ) -> FloatTensor<Self> {
-        let out = B::fp8_dequantize(codes, Ad::<B, C>::inner(scale_invs), layout, format, dtype);
-        Ad::<B, C>::from_inner(out)
+        let out = B::fp8_dequantize(codes, inner::<B, C>(scale_invs), layout, format, dtype);
+        from_inner::<B, C>(out)
     }
 
     fn fp8_fake_quantize(
@@ -64,8 +70,8 @@ impl<B: Fp8Backend, C: CheckpointStrategy> Fp8Backend for Autodiff<B, C> {
         cast: Fp8Cast,
         rule: ScaleRule,
     ) -> FloatTensor<Self> {
-        let out = B::fp8_fake_quantize(Ad::<B, C>::inner(tensor), layout, cast, rule);
-        Ad::<B, C>::from_inner(out)
+        let out = B::fp8_fake_quantize(inner::<B, C>(tensor), layout, cast, rule);
+        from_inner::<B, C>(out)
     }
 }
 
@@ -77,9 +83,9 @@ impl<B: AccumBackend, C: CheckpointStrategy> AccumBackend for Autodiff<B, C> {
         cols: u32,
         config: AccumConfig,
     ) -> FloatTensor<Self> {
-        let other = other.map(Ad::<B, C>::inner);
-        let out = B::blocked_row_sums(Ad::<B, C>::inner(tensor), other, rows, cols, config);
-        Ad::<B, C>::from_inner(out)
+        let other = other.map(inner::<B, C>);
+        let out = B::blocked_row_sums(inner::<B, C>(tensor), other, rows, cols, config);
+        from_inner::<B, C>(out)
     }
 
     fn blocked_matmul(
@@ -88,8 +94,8 @@ impl<B: AccumBackend, C: CheckpointStrategy> AccumBackend for Autodiff<B, C> {
         dims: (u32, u32, u32),
         config: AccumConfig,
     ) -> FloatTensor<Self> {
-        let out = B::blocked_matmul(Ad::<B, C>::inner(a), Ad::<B, C>::inner(b), dims, config);
-        Ad::<B, C>::from_inner(out)
+        let out = B::blocked_matmul(inner::<B, C>(a), inner::<B, C>(b), dims, config);
+        from_inner::<B, C>(out)
     }
 
     fn fp8_block_matmul(
@@ -103,13 +109,13 @@ impl<B: AccumBackend, C: CheckpointStrategy> AccumBackend for Autodiff<B, C> {
     ) -> FloatTensor<Self> {
         let out = B::fp8_block_matmul(
             a_codes,
-            Ad::<B, C>::inner(a_scale_invs),
+            inner::<B, C>(a_scale_invs),
             b_codes,
-            Ad::<B, C>::inner(b_scale_invs),
+            inner::<B, C>(b_scale_invs),
             dims,
             format,
             config,
         );
-        Ad::<B, C>::from_inner(out)
+        from_inner::<B, C>(out)
     }
 }

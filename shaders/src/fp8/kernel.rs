@@ -82,6 +82,17 @@ pub fn shift_round(
     out
 }
 
+/// What a value past the range becomes, without its sign, for mantissa width `m`: the
+/// largest finite code when `clamp`, else NaN (E4M3) or inf (E5M2). Evaluated at expansion.
+const fn out_of_range_code(m: u32, clamp: bool) -> u32 {
+    match (clamp, m == 3) {
+        (true, true) => 0x7e,
+        (true, false) => 0x7b,
+        (false, true) => 0x7f,
+        (false, false) => 0x7c,
+    }
+}
+
 /// One f32 (as bits) to an FP8 code ([`super::reference::encode`]). `m` is the mantissa
 /// width: 3 for E4M3, 2 for E5M2.
 #[cube]
@@ -97,22 +108,8 @@ pub fn encode(
 ) -> u32 {
     let max_code = comptime!(if m == 3 { 0x7eu32 } else { 0x7bu32 }).runtime();
     let nan_code = comptime!(if m == 3 { 0x7fu32 } else { 0x7eu32 }).runtime();
-    let overflow = comptime!(if saturate {
-        if m == 3 { 0x7eu32 } else { 0x7bu32 }
-    } else if m == 3 {
-        0x7fu32
-    } else {
-        0x7cu32
-    })
-    .runtime();
-    let inf_code = comptime!(if saturate_inf {
-        if m == 3 { 0x7eu32 } else { 0x7bu32 }
-    } else if m == 3 {
-        0x7fu32
-    } else {
-        0x7cu32
-    })
-    .runtime();
+    let overflow = comptime!(out_of_range_code(m, saturate)).runtime();
+    let inf_code = comptime!(out_of_range_code(m, saturate_inf)).runtime();
     let sign = (bits >> 24) & 0x80u32;
     let abs = bits & 0x7fff_ffffu32;
     // NaN stays NaN (payloads are not kept: FP8 has room for one NaN per sign).
