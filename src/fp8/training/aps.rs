@@ -1,14 +1,12 @@
 //! APS (`grads=aps`) of one layer on the device: the FP8 operation the loss scaler's
 //! gradient compression (`crate::loss_scale`) finds in the registry.
 
-use burn_amp_kernels::fp8::launch::BlockLayout;
 use burn_amp_kernels::fp8::scale::ScaleRule;
 use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format, Overflow};
 use burn_tensor::ops::FloatTensor;
 use burn_tensor::{FloatDType, Shape, Tensor, TensorMetadata, TensorPrimitive};
 
-use super::device::{finite_mask, fp8_scales};
-use crate::cost;
+use super::device::{finite_or_zero, fp8_scales, round_per_tensor};
 use crate::fp8::Fp8Backend;
 
 /// `grads=aps` for one layer on the device: every worker's gradient of it rounded to E5M2
@@ -34,9 +32,9 @@ pub(crate) fn aps_e5m2<I: Fp8Backend>(grads: Vec<FloatTensor<I>>) -> Vec<FloatTe
         .iter()
         .filter(|g| g.shape().num_elements() > 0)
         .map(|g| {
-            let x = flat(g).cast(FloatDType::F32).abs();
-            let bad = finite_mask(x.clone()).bool_not();
-            x.mask_fill(bad, 0.0).max().to_device(&device)
+            finite_or_zero(flat(g).cast(FloatDType::F32).abs())
+                .max()
+                .to_device(&device)
         })
         .collect();
     if amaxes.is_empty() {
@@ -60,17 +58,10 @@ pub(crate) fn aps_e5m2<I: Fp8Backend>(grads: Vec<FloatTensor<I>>) -> Vec<FloatTe
             if len == 0 {
                 return g;
             }
-            let dtype = FloatDType::from(g.dtype());
             let at = I::float_device(&g);
-            let layout = BlockLayout::per_tensor(len as u32);
             let values = I::float_reshape(g, Shape::new([len]));
-            let scale = scale.clone().to_device(&at).into_primitive().tensor();
-            let inv = inv.clone().to_device(&at).into_primitive().tensor();
-            cost::fp8("quantize");
-            let codes = I::fp8_quantize(values, scale, layout, cast);
-            cost::fp8("dequantize");
-            let rounded = I::fp8_dequantize(codes, inv, layout, format, dtype);
-            I::float_reshape(rounded, shape)
+            let (scale, inv) = (scale.clone().to_device(&at), inv.clone().to_device(&at));
+            I::float_reshape(round_per_tensor::<I>(values, &scale, &inv, cast), shape)
         })
         .collect()
 }

@@ -17,10 +17,13 @@
 use core::any::Any;
 use std::collections::VecDeque;
 
+use burn_amp_kernels::fp8::Fp8Cast;
+use burn_amp_kernels::fp8::launch::BlockLayout;
 use burn_amp_kernels::fp8::scale::ScaleRule;
 use burn_amp_kernels::fp8::{Fp8Format, Fp8Layout};
 use burn_tensor::backend::Backend;
-use burn_tensor::{Bool, FloatDType, Int, Tensor, TensorData, TensorPrimitive};
+use burn_tensor::ops::FloatTensor;
+use burn_tensor::{Bool, FloatDType, Int, Tensor, TensorMetadata, TensorPrimitive};
 
 use super::history::RoleState;
 use super::numerics::FORMATS;
@@ -28,7 +31,7 @@ use super::rules::AUTO_FORMAT_TOLERANCE;
 use super::scaling::Fp8Role;
 use crate::cost;
 use crate::fp8::AmaxCompute;
-use crate::fp8::backend::Fp8Backend;
+use crate::fp8::backend::{Fp8Backend, float_vec};
 
 /// A one-element (or `[n]`) f32 tensor of `I`.
 pub(crate) type Vector<I> = Tensor<I, 1>;
@@ -232,8 +235,7 @@ impl<I: Fp8Backend> OnDevice<I> {
 
 /// A new `[n]` f32 tensor on `device`.
 pub(crate) fn vector<I: Backend>(values: Vec<f32>, device: &I::Device) -> Vector<I> {
-    let n = values.len();
-    Tensor::from_data(TensorData::new(values, [n]), device)
+    Tensor::from_primitive(TensorPrimitive::Float(float_vec::<I>(values, device)))
 }
 
 /// Where `x` is finite.
@@ -242,7 +244,7 @@ pub(crate) fn finite_mask<I: Backend>(x: Vector<I>) -> Tensor<I, 1, Bool> {
 }
 
 /// `x` with every non-finite entry replaced by 0.
-fn finite_or_zero<I: Backend>(x: Vector<I>) -> Vector<I> {
+pub(crate) fn finite_or_zero<I: Backend>(x: Vector<I>) -> Vector<I> {
     let bad = finite_mask(x.clone()).bool_not();
     x.mask_fill(bad, 0.0)
 }
@@ -256,6 +258,23 @@ pub(crate) fn fp8_scales<I: Fp8Backend>(
     let (s, inv) = I::fp8_scales(amax.clone().into_primitive().tensor(), format, rule);
     let wrap = |t| Tensor::from_primitive(TensorPrimitive::Float(t));
     (wrap(s), wrap(inv))
+}
+
+/// A flat tensor rounded to FP8 with one per-tensor scale and its inverse (both `[1]`, on
+/// the tensor's device) and decoded again, in its own dtype.
+pub(crate) fn round_per_tensor<I: Fp8Backend>(
+    flat: FloatTensor<I>,
+    scale: &Vector<I>,
+    inv: &Vector<I>,
+    cast: Fp8Cast,
+) -> FloatTensor<I> {
+    let dtype = FloatDType::from(flat.dtype());
+    let layout = BlockLayout::per_tensor(flat.shape().num_elements() as u32);
+    cost::fp8("quantize");
+    let codes = I::fp8_quantize(flat, scale.clone().into_primitive().tensor(), layout, cast);
+    cost::fp8("dequantize");
+    let inv = inv.clone().into_primitive().tensor();
+    I::fp8_dequantize(codes, inv, layout, cast.format, dtype)
 }
 
 /// `format=auto`'s rule on the device: `[1]` true where E5M2 is picked, from how many of the

@@ -219,29 +219,11 @@ impl<I: Fp8Backend> Decided<I> {
     /// `flat` rounded with the chosen candidate (both, and one kept, when the choice is on
     /// the device).
     fn round(self, flat: FloatTensor<I>, layout: BlockLayout, rule: ScaleRule) -> FloatTensor<I> {
-        let dtype = FloatDType::from(flat.dtype());
         let len = flat.shape().num_elements();
         let quantize = |f: usize| {
             let cast = Fp8Cast::new(FORMATS[f]).with_overflow(self.overflow);
             match &self.scales[f] {
-                Some((scale, inv)) => {
-                    let per_tensor = BlockLayout::per_tensor(len as u32);
-                    cost::fp8("quantize");
-                    let codes = I::fp8_quantize(
-                        flat.clone(),
-                        scale.clone().into_primitive().tensor(),
-                        per_tensor,
-                        cast,
-                    );
-                    cost::fp8("dequantize");
-                    I::fp8_dequantize(
-                        codes,
-                        inv.clone().into_primitive().tensor(),
-                        per_tensor,
-                        cast.format,
-                        dtype,
-                    )
-                }
+                Some((scale, inv)) => device::round_per_tensor::<I>(flat.clone(), scale, inv, cast),
                 None => {
                     cost::fp8("fake_quantize");
                     I::fp8_fake_quantize(flat.clone(), layout, cast, rule)
