@@ -27,6 +27,8 @@
 //!   on the device (no read back per step under [`LossScaleOptimizer`]).
 //! - [`fp8`]: FP8 (E4M3, E5M2) tensors with per-tensor, per-block and MX scaling.
 //! - [`accum`]: blocked (chunk-based) accumulation and the block-scaled FP8 matmul.
+//! - [`collective`]: data-parallel replicas (processes, machines) agreeing on gradients, the
+//!   loss scaler's decisions and FP8 scales ([`LossScaleOptimizer::with_collective`]).
 //! - [`cost`]: what a step costs: ops by class and dtype, casts and their bytes, FP8
 //!   launches, reads back to the host.
 //! - [`probe_backend`]: whether a backend starts here ([`BackendUnavailable`] names what is
@@ -35,6 +37,7 @@
 
 pub mod accum;
 mod backend;
+pub mod collective;
 mod context;
 pub mod cost;
 mod cpu;

@@ -19,6 +19,8 @@ mod multi_device;
 mod reads;
 #[path = "loss_scaling/records.rs"]
 mod records;
+#[path = "loss_scaling/replicas.rs"]
+mod replicas;
 
 use std::sync::{Mutex, MutexGuard};
 

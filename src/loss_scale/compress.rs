@@ -57,7 +57,7 @@ impl<B: AutodiffBackend> ModuleVisitor<MixedPrecision<B>> for Compress<'_, B> {
                 .enumerate()
                 .filter_map(|(i, g)| Some((i, g?.into_primitive().tensor())))
                 .unzip();
-            for (i, rounded) in slots.into_iter().zip(aps(tensors)) {
+            for (i, rounded) in slots.into_iter().zip(aps(tensors, None)) {
                 let tensor = Tensor::<Inner<B>, D>::from_primitive(TensorPrimitive::Float(rounded));
                 self.workers[i].register(param.id, tensor);
             }
@@ -96,7 +96,12 @@ impl<B: AutodiffBackend> ModuleVisitor<MixedPrecision<B>> for Compress<'_, B> {
 
 /// `values` rounded as `how` says, with the APS scale of a layer whose amax over `workers`
 /// workers is `amax`. Non-finite values stay non-finite.
-fn round(values: &[f32], amax: f32, workers: usize, how: GradientCompression) -> Vec<f32> {
+pub(super) fn round(
+    values: &[f32],
+    amax: f32,
+    workers: usize,
+    how: GradientCompression,
+) -> Vec<f32> {
     match how {
         GradientCompression::None => values.to_vec(),
         GradientCompression::Aps => {

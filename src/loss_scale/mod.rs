@@ -14,6 +14,7 @@ mod grads;
 mod metric;
 mod optimizer;
 mod record;
+mod replicas;
 mod state;
 
 pub use config::{LossScaleConfig, MinScaleStep};
@@ -57,4 +58,8 @@ pub enum LossScaleError {
         /// The device, as `Debug` prints it.
         device: String,
     },
+    /// A data-parallel step's collective failed (a peer gone or too slow, replicas whose
+    /// state differs).
+    #[error("data-parallel step failed: {0}")]
+    Collective(#[from] crate::collective::CollectiveError),
 }

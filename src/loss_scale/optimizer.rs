@@ -13,10 +13,12 @@ use burn_tensor::backend::DeviceOps;
 
 use super::compress::compress;
 use super::grads::{all_finite, nonfinite_count, unscale};
+use super::replicas::{self, Replicas};
 use super::state::{Binding, LossScale, Pending};
 use super::{LossScaleConfig, LossScaleError, LossScaleOptimizerRecord};
 use crate::MixedPrecision;
 use crate::backend::scale;
+use crate::collective::Collective;
 use crate::context::{self, DeviceSlot, ScaleSource};
 use crate::cost;
 use crate::fp8::GradientCompression;
@@ -92,6 +94,8 @@ pub struct LossScaleOptimizer<O> {
     unscaled: bool,
     /// Whether the "scale not applied" warning was given (once per optimizer).
     warned: bool,
+    /// The data-parallel replicas this optimizer reduces each step's gradients over.
+    replicas: Option<Replicas>,
 }
 
 impl<O> LossScaleOptimizer<O> {
@@ -118,7 +122,52 @@ impl<O> LossScaleOptimizer<O> {
             binding,
             unscaled: false,
             warned: false,
+            replicas: None,
         }
+    }
+
+    /// Makes each [`step`](Optimizer::step) a data-parallel one over `collective`'s
+    /// replicas (each a process, say, with its own copy of the model and optimizer): the
+    /// step compresses its gradients (`grads=aps`, each layer's scale from the amax reduced
+    /// over the replicas), averages them over the replicas in one call, then checks the
+    /// averages for an overflow; it also reduces the FP8 amax histories with MAX. Every
+    /// replica thus skips or applies the same step, moves its scale alike, quantizes with the
+    /// same delayed scales, and keeps parameters identical to the others'.
+    ///
+    /// `R` is the raw backend under the model's (`Flex` for `MixedPrecision<Autodiff<Flex>>`).
+    /// A collective that fails (a peer gone, a timeout) makes `step` panic with its
+    /// message; [`try_step`](Self::try_step) returns it instead.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::{AdamConfig, GradientsParams};
+    /// use burn::tensor::Tensor;
+    /// use burn_amp::collective::SingleReplica;
+    /// use burn_amp::{LossScaleConfig, MixedPrecision, Policy, with_policy};
+    ///
+    /// type B = MixedPrecision<Autodiff<Flex>>;
+    /// let device = Default::default();
+    /// with_policy(Policy::mixed_float16(), || {
+    ///     let model: Linear<B> = LinearConfig::new(4, 2).init(&device);
+    ///     // TcpCollective::join(rank, world, root, timeout) in a real run.
+    ///     let mut optim = LossScaleConfig::new()
+    ///         .init_manual(AdamConfig::new().init())?
+    ///         .with_collective::<Flex>(Arc::new(SingleReplica));
+    ///     let x = Tensor::<B, 2>::ones([3, 4], &device);
+    ///     let loss = optim.scale_loss(model.forward(x).mean());
+    ///     let grads = GradientsParams::from_grads(loss.backward(), &model);
+    ///     let model = optim.try_step(1e-3, model, grads)?;
+    ///     assert_eq!(optim.total_steps(), 1);
+    ///     # let _ = model;
+    ///     Ok::<(), Box<dyn std::error::Error>>(())
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_collective<R: Backend>(mut self, collective: Arc<dyn Collective<R>>) -> Self {
+        self.replicas = Some(Replicas::new(collective));
+        self
     }
 
     /// The current loss scale.
@@ -248,6 +297,7 @@ fn warn_at_floor(min_scale: f32, skipped: u64) {
     );
 }
 
+/// The raw backend under `MixedPrecision<B>`'s gradients (their primitives are its).
 type Inner<B> = <B as AutodiffBackend>::InnerBackend;
 
 impl<O, M, B> Optimizer<M, MixedPrecision<B>> for LossScaleOptimizer<O>
@@ -262,18 +312,100 @@ where
     /// Automatic mode decides on the device: with [`FusedAdamW`](crate::FusedAdamW) inside,
     /// nothing is read back; with any other optimizer, the step's one read (the overflow
     /// count) decides whether it runs.
+    ///
+    /// # Panics
+    /// When the optimizer has a [collective](LossScaleOptimizer::with_collective) and it
+    /// fails, with its message ([`try_step`](LossScaleOptimizer::try_step) returns it).
     fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
-        let grads = self.unscale_grads::<MixedPrecision<B>, M>(grads, &module);
-        match self.pending() {
+        self.try_step(lr, module, grads)
+            .unwrap_or_else(|err| panic!("burn-amp: {err}"))
+    }
+
+    /// # Panics
+    /// When the optimizer has a [collective](LossScaleOptimizer::with_collective): reduce
+    /// the workers' gradients into one [`GradientsParams`] and call `step`.
+    fn step_multi(&mut self, lr: LearningRate, module: M, grads: MultiGradientsParams) -> M {
+        assert!(
+            self.replicas.is_none(),
+            "burn-amp: a LossScaleOptimizer with a collective steps one replica's gradients \
+             (step), not several devices' (step_multi)"
+        );
+        self.step_multi_local(lr, module, grads)
+    }
+
+    fn to_record(&self) -> Self::Record {
+        LossScaleOptimizerRecord {
+            inner: self.inner.to_record(),
+            scale: self.scale.scale(),
+            good_steps: self.scale.good_steps(),
+            skipped_steps: self.scale.skipped_steps(),
+            total_steps: self.scale.total_steps(),
+            min_scale_schedule: self.scale.min_scale_schedule(),
+            fp8: self.scale.fp8_history().to_record(),
+        }
+    }
+
+    /// Loads a record after checking it ([`try_load_record`](LossScaleOptimizer::try_load_record)).
+    ///
+    /// # Panics
+    /// When the record is invalid (a non-finite, zero, negative or out-of-range scale,
+    /// impossible counters), with [`LossScaleError::InvalidRecord`]'s message: training on
+    /// from a poisoned checkpoint would skip every step or scale by a negative number.
+    fn load_record(mut self, record: Self::Record) -> Self {
+        if let Err(err) = self.try_load_record::<M, MixedPrecision<B>>(record) {
+            panic!("{err}");
+        }
+        self
+    }
+}
+
+impl<O> LossScaleOptimizer<O> {
+    /// [`step`](Optimizer::step), returning a failed collective's error instead of
+    /// panicking (see [`with_collective`](Self::with_collective)). The module is then lost
+    /// with the step: the replicas cannot agree on it any more, so end the run (and resume
+    /// every replica from the last checkpoint).
+    ///
+    /// # Errors
+    /// [`LossScaleError::Collective`] with the collective's error.
+    pub fn try_step<B, M>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: GradientsParams,
+    ) -> Result<M, LossScaleError>
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<MixedPrecision<B>>,
+        O: Optimizer<M, MixedPrecision<B>>,
+    {
+        let mut grads = self.unscale_grads::<MixedPrecision<B>, M>(grads, &module);
+        // Across replicas the gradients arrive compressed and averaged.
+        let mut compress = true;
+        if let Some(replicas) = &self.replicas {
+            let collective = replicas.get::<Inner<B>>()?;
+            grads = replicas::reduce::<B, M>(grads, &module, compression(&module), &**collective)?;
+            self.scale
+                .fp8_history()
+                .all_reduce_amax::<Inner<B>>(&**collective)?;
+            compress = false;
+        }
+        let compressed = |grads: GradientsParams, module: &M| {
+            if compress {
+                compressed::<B, M>(grads, module)
+            } else {
+                grads
+            }
+        };
+        Ok(match self.pending() {
             Pending::NotNeeded => {
                 self.scale.lock().total_steps += 1;
-                let grads = compressed::<B, M>(grads, &module);
+                let grads = compressed(grads, &module);
                 self.inner.step(lr, module, grads)
             }
             _ if self.is_manual() => {
                 let finite = all_finite::<B, M>(&grads, &module);
                 if self.admit_manual(finite) {
-                    let grads = compressed::<B, M>(grads, &module);
+                    let grads = compressed(grads, &module);
                     self.inner.step(lr, module, grads)
                 } else {
                     module
@@ -284,9 +416,9 @@ where
                 let Some(found) = nonfinite_count::<B, M>(&grads, &module) else {
                     // No gradient to apply.
                     self.scale.lock().total_steps += 1;
-                    return self.inner.step(lr, module, grads);
+                    return Ok(self.inner.step(lr, module, grads));
                 };
-                let grads = compressed::<B, M>(grads, &module);
+                let grads = compressed(grads, &module);
                 let module = match as_fused::<O, M, MixedPrecision<B>>(&mut self.inner) {
                     // The skip is decided on the device: nothing is read back.
                     Some(fused) => fused.run(lr, module, grads.into(), Some(found.clone())),
@@ -301,10 +433,20 @@ where
                 self.move_scales::<Inner<B>>(&found, &slots);
                 module
             }
-        }
+        })
     }
 
-    fn step_multi(&mut self, lr: LearningRate, module: M, grads: MultiGradientsParams) -> M {
+    fn step_multi_local<B, M>(
+        &mut self,
+        lr: LearningRate,
+        module: M,
+        grads: MultiGradientsParams,
+    ) -> M
+    where
+        B: AutodiffBackend,
+        M: AutodiffModule<MixedPrecision<B>>,
+        O: Optimizer<M, MixedPrecision<B>>,
+    {
         let mut grads = grads;
         if self.is_manual() && !self.unscaled {
             let scale = self.scale.scale();
@@ -366,31 +508,6 @@ where
                 module
             }
         }
-    }
-
-    fn to_record(&self) -> Self::Record {
-        LossScaleOptimizerRecord {
-            inner: self.inner.to_record(),
-            scale: self.scale.scale(),
-            good_steps: self.scale.good_steps(),
-            skipped_steps: self.scale.skipped_steps(),
-            total_steps: self.scale.total_steps(),
-            min_scale_schedule: self.scale.min_scale_schedule(),
-            fp8: self.scale.fp8_history().to_record(),
-        }
-    }
-
-    /// Loads a record after checking it ([`try_load_record`](LossScaleOptimizer::try_load_record)).
-    ///
-    /// # Panics
-    /// When the record is invalid (a non-finite, zero, negative or out-of-range scale,
-    /// impossible counters), with [`LossScaleError::InvalidRecord`]'s message: training on
-    /// from a poisoned checkpoint would skip every step or scale by a negative number.
-    fn load_record(mut self, record: Self::Record) -> Self {
-        if let Err(err) = self.try_load_record::<M, MixedPrecision<B>>(record) {
-            panic!("{err}");
-        }
-        self
     }
 }
 

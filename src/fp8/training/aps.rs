@@ -16,7 +16,14 @@ use crate::fp8::Fp8Backend;
 /// is read back. With a worker count that is not a power of two the total is rounded up in
 /// f32, so near a power-of-two boundary the scale may be half the host rule's (never
 /// larger: the sum still cannot overflow).
-pub(crate) fn aps_e5m2<I: Fp8Backend>(grads: Vec<FloatTensor<I>>) -> Vec<FloatTensor<I>> {
+///
+/// `across`: the layer's amax already reduced over the replicas of a data-parallel run
+/// (`[1]`, on the first gradient's device) and the total worker count; the amaxes of `grads`
+/// are then not taken again.
+pub(crate) fn aps_e5m2<I: Fp8Backend>(
+    grads: Vec<FloatTensor<I>>,
+    across: Option<(FloatTensor<I>, usize)>,
+) -> Vec<FloatTensor<I>> {
     let Some(first) = grads.first() else {
         return grads;
     };
@@ -28,25 +35,33 @@ pub(crate) fn aps_e5m2<I: Fp8Backend>(grads: Vec<FloatTensor<I>>) -> Vec<FloatTe
             Shape::new([n]),
         )))
     };
-    let amaxes: Vec<Tensor<I, 1>> = grads
-        .iter()
-        .filter(|g| g.shape().num_elements() > 0)
-        .map(|g| {
-            finite_or_zero(flat(g).cast(FloatDType::F32).abs())
-                .max()
-                .to_device(&device)
-        })
-        .collect();
-    if amaxes.is_empty() {
-        return grads;
-    }
-    let workers = grads.len();
+    let (amax, workers) = match across {
+        Some((amax, workers)) => (
+            Tensor::<I, 1>::from_primitive(TensorPrimitive::Float(amax)),
+            workers,
+        ),
+        None => {
+            let amaxes: Vec<Tensor<I, 1>> = grads
+                .iter()
+                .filter(|g| g.shape().num_elements() > 0)
+                .map(|g| {
+                    finite_or_zero(flat(g).cast(FloatDType::F32).abs())
+                        .max()
+                        .to_device(&device)
+                })
+                .collect();
+            if amaxes.is_empty() {
+                return grads;
+            }
+            (Tensor::cat(amaxes, 0).max(), grads.len())
+        }
+    };
     let factor = if workers.is_power_of_two() {
         workers as f32
     } else {
         workers as f32 * (1.0 + 2.0 * f32::EPSILON)
     };
-    let total = Tensor::cat(amaxes, 0).max().mul_scalar(factor);
+    let total = amax.cast(FloatDType::F32).mul_scalar(factor);
     let format = Fp8Format::E5M2;
     let (scale, inv) = fp8_scales::<I>(&total, format, ScaleRule::PowerOfTwo { margin: 0 });
     let cast = Fp8Cast::new(format).with_overflow(Overflow::NonSaturating);

@@ -122,6 +122,25 @@ fn scale_of(bias: i32, layout: Fp8Layout) -> f32 {
     2f32.powi(bias - layout.default_bias())
 }
 
+impl<I: Backend> OnDevice<I> {
+    /// The newest amax, `[1]`.
+    pub fn newest(&self) -> Vector<I> {
+        let cap = self.history.dims()[0];
+        self.history.clone().slice(cap - 1..cap)
+    }
+
+    /// Replaces the newest amax (with the replicas' maximum, say).
+    pub fn replace_newest(&mut self, amax: Vector<I>) {
+        let cap = self.history.dims()[0];
+        let amax = amax.cast(self.history.dtype());
+        self.history = if cap == 1 {
+            amax
+        } else {
+            Tensor::cat(vec![self.history.clone().slice(0..cap - 1), amax], 0)
+        };
+    }
+}
+
 impl<I: Fp8Backend> OnDevice<I> {
     /// `state` (fresh, or loaded from a record) put on `device` with a history of
     /// `capacity` (its newest amaxes kept when it holds more).

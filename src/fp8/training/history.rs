@@ -14,11 +14,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use burn::record::{PrecisionSettings, Record};
 use burn_amp_kernels::fp8::scale::is_valid_scale;
 use burn_amp_kernels::fp8::{Fp8Format, Fp8Layout};
+use burn_tensor::Tensor;
 use burn_tensor::backend::{Backend, DeviceOps};
 use serde::{Deserialize, Serialize};
 
 use super::device::{DeviceRole, OnDevice};
 use super::scaling::Fp8Role;
+use crate::collective::{Collective, CollectiveError};
 use crate::fp8::{Fp8Backend, Fp8Error};
 
 /// A device's lane of the history: its `DeviceId` as `(type, index)`.
@@ -232,6 +234,59 @@ impl Fp8History {
             .expect("checked above");
         state.fit(capacity);
         f(state)
+    }
+
+    /// Makes every replica's history hold, for this step, the maximum over the replicas of
+    /// the amax each saw (Transformer Engine's `reduce_amax`): the newest entry of every
+    /// role on the device is gathered into one vector, reduced with MAX through
+    /// `collective` (one call a step) and written back. Delayed scaling then gives every
+    /// replica the same scales from the next step on. Exponent-bias and `format=auto`
+    /// decisions are taken from the tensor being quantized, so they stay per replica (the
+    /// gradients are reduced anyway, and the parameters stay identical).
+    ///
+    /// Roles still on the host (not quantized in this run yet) are left alone.
+    ///
+    /// # Errors
+    /// The collective's; [`CollectiveError::Mismatch`] when a role's state belongs to
+    /// another backend than `I`.
+    pub fn all_reduce_amax<I: Backend>(
+        &self,
+        collective: &dyn Collective<I>,
+    ) -> Result<(), CollectiveError> {
+        let mut lanes = self.lock();
+        let mut states: Vec<&mut OnDevice<I>> = Vec::new();
+        for (lane, state) in lanes.iter_mut() {
+            for site in &mut state.sites {
+                for (role, slot) in &mut site.roles {
+                    let RoleSlot::Device(on_device) = slot else {
+                        continue;
+                    };
+                    let Some(on_device) = on_device.as_any_mut().downcast_mut::<OnDevice<I>>()
+                    else {
+                        return Err(CollectiveError::Mismatch(format!(
+                            "FP8 state of device {}:{} site {} role {} is on another backend \
+                             than the collective's",
+                            lane.0,
+                            lane.1,
+                            site.site,
+                            role.name()
+                        )));
+                    };
+                    if on_device.pushed > 0 {
+                        states.push(on_device);
+                    }
+                }
+            }
+        }
+        if states.is_empty() || collective.world_size() == 1 {
+            return Ok(());
+        }
+        let newest: Vec<Tensor<I, 1>> = states.iter().map(|s| s.newest()).collect();
+        let reduced = collective.all_reduce_max(Tensor::cat(newest, 0))?;
+        for (i, state) in states.into_iter().enumerate() {
+            state.replace_newest(reduced.clone().slice(i..i + 1));
+        }
+        Ok(())
     }
 
     /// The sites of `device`, in call order.

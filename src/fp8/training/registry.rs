@@ -22,8 +22,10 @@ use crate::fp8::Fp8Backend;
 pub(crate) type QuantFn<B> = fn(FloatTensor<B>, Plan) -> FloatTensor<B>;
 
 /// APS (`grads=aps`) of one layer: every worker's gradient of it rounded to E5M2 with the
-/// layer's scale, on the device.
-pub(crate) type ApsFn<B> = fn(Vec<FloatTensor<B>>) -> Vec<FloatTensor<B>>;
+/// layer's scale, on the device; optionally with the layer's amax already reduced over the
+/// replicas of a data-parallel run, and their worker count.
+pub(crate) type ApsFn<B> =
+    fn(Vec<FloatTensor<B>>, Option<(FloatTensor<B>, usize)>) -> Vec<FloatTensor<B>>;
 
 /// The FP8 operations of one backend type.
 pub(crate) struct Fp8Ops<B: Backend> {
