@@ -16,8 +16,6 @@ use crate::cost;
 /// The first bytes of every hello: "BAMP" and the protocol's version.
 const MAGIC: [u8; 4] = *b"BAMP";
 const VERSION: u32 = 1;
-/// How long an operation may wait for a peer unless told otherwise.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// The longest vector a frame may announce (a guard against a corrupted length): 2^30 values.
 const MAX_VALUES: u64 = 1 << 30;
 
@@ -28,7 +26,7 @@ const MAX_VALUES: u64 = 1 << 30;
 /// sends the result back, so every replica gets the same bits. The values travel through
 /// host memory (one read back per call on a GPU backend; the cost report counts it).
 ///
-/// Every wait is bounded by [`with_timeout`](Self::with_timeout) (60 s by default): a
+/// Every wait is bounded by the timeout given to [`join`](Self::join): a
 /// replica that died, hangs or never joined gives the others a
 /// [`CollectiveError::Timeout`] or [`CollectiveError::PeerLost`] instead of a silent hang.
 /// Replicas that call in a different order or with different lengths get
@@ -124,33 +122,6 @@ impl TcpCollective {
     /// How many replicas take part.
     pub fn world_size(&self) -> usize {
         self.world
-    }
-
-    /// [`join`](Self::join) with the default timeout (60 s).
-    ///
-    /// # Errors
-    /// As [`join`](Self::join).
-    pub fn join_default(
-        rank: usize,
-        world: usize,
-        root: SocketAddr,
-    ) -> Result<Self, CollectiveError> {
-        Self::join(rank, world, root, DEFAULT_TIMEOUT)
-    }
-
-    /// The time any wait may take from now on.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        for stream in &self
-            .links
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .streams
-        {
-            let _ = stream.set_read_timeout(Some(timeout));
-            let _ = stream.set_write_timeout(Some(timeout));
-        }
-        self
     }
 
     fn configure(&self, stream: &TcpStream) -> io::Result<()> {

@@ -19,7 +19,7 @@ use crate::MixedPrecision;
 use crate::collective::{Collective, CollectiveError, all_reduce_sum_all};
 use crate::cost;
 use crate::fp8::GradientCompression;
-use crate::fp8::training::registry;
+use crate::fp8::training::{finite_or_zero, registry};
 
 /// The gradients' backend under `MixedPrecision<B>`.
 type Inner<B> = <MixedPrecision<B> as AutodiffBackend>::InnerBackend;
@@ -155,11 +155,7 @@ fn compress<R: Backend>(
 ) -> Result<(), CollectiveError> {
     let amaxes: Vec<Tensor<R, 1>> = flat
         .iter()
-        .map(|f| {
-            let x = f.values.clone().cast(FloatDType::F32).abs();
-            let finite = x.clone().is_nan().bool_or(x.clone().is_inf()).bool_not();
-            x.mask_fill(finite.bool_not(), 0.0).max()
-        })
+        .map(|f| finite_or_zero(f.values.clone().cast(FloatDType::F32).abs()).max())
         .collect();
     let amax = collective.all_reduce_max(Tensor::cat(amaxes, 0))?;
     let world = collective.world_size();

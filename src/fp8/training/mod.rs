@@ -61,6 +61,7 @@ mod rules;
 mod scaling;
 mod site;
 
+pub(crate) use device::finite_or_zero;
 pub(crate) use history::lane_of;
 pub use history::{
     Fp8History, Fp8HistoryRecord, LaneRecord, RoleRecord, RoleState, SiteRecord, SiteState,
