@@ -111,6 +111,8 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
 
 fn run<B: Fp8Backend>(args: &Args, input: &[u8]) -> Result<Vec<u8>, String> {
     let device = Default::default();
+    // A device that cannot start (no Vulkan driver, no GPU) is an error message, not a panic.
+    burn_amp::probe_backend::<B>(&device).map_err(|why| why.to_string())?;
     if args.decode {
         let n = input.len();
         let q = Fp8Tensor::<B, 1>::from_bytes(input, [n], args.cast.format, &device)

@@ -196,6 +196,14 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
                 let initial = || source.initial();
                 let factor =
                     scale::with_state::<B::InnerBackend, _>(&slot, &device, initial, |s| s.scale());
+                // A 16-bit loss (under `float16`) is scaled in f32, where the product cannot
+                // overflow; its gradient goes back through the cast to the loss's dtype.
+                let loss = match autocast::dtype::<B>(&loss) {
+                    FloatDType::F16 | FloatDType::BF16 => {
+                        autocast::cast::<B>(loss, FloatDType::F32)
+                    }
+                    _ => loss,
+                };
                 (scale::times::<B>(loss, B::from_inner(factor)), Some(slot))
             }
             None => (loss, None),

@@ -13,6 +13,8 @@ mod common;
 mod fp8_state;
 #[path = "loss_scaling/fused.rs"]
 mod fused;
+#[path = "loss_scaling/matrix.rs"]
+mod matrix;
 #[path = "loss_scaling/multi_device.rs"]
 mod multi_device;
 #[path = "loss_scaling/reads.rs"]

@@ -145,6 +145,25 @@ fn bad_names_give_typed_errors_that_list_the_valid_names() {
             assert!(message.contains(valid), "{name:?}: {message}");
         }
     }
+    let err = "mixed_float61".parse::<Policy>().unwrap_err();
+    assert!(
+        err.to_string().contains("did you mean \"mixed_float16\"?"),
+        "{err}"
+    );
+    assert!(matches!(
+        "Mixed-BFloat16".parse::<Policy>(),
+        Err(PolicyError::UnknownName {
+            suggestion: Some("mixed_bfloat16"),
+            ..
+        })
+    ));
+    assert!(matches!(
+        "int8".parse::<Policy>(),
+        Err(PolicyError::UnknownName {
+            suggestion: None,
+            ..
+        })
+    ));
     let invalid = [
         "params=float64",
         "compute=int8",
@@ -402,4 +421,21 @@ fn loss_scaling_advice_follows_the_compute_dtype() {
     assert!(Policy::float16().needs_loss_scaling());
     assert!(!Policy::mixed_bfloat16().needs_loss_scaling());
     assert!(!Policy::float32().needs_loss_scaling());
+}
+
+/// README's first program is `examples/readme.rs`, which the test build compiles (and CI
+/// runs): the snippet a new user copies cannot stop compiling unnoticed.
+#[test]
+fn readme_first_program_is_the_compiled_example() {
+    let readme = include_str!("../README.md");
+    let example = include_str!("../examples/readme.rs");
+    let block = readme
+        .split("```rust\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```\n").next())
+        .expect("README has a rust block");
+    assert_eq!(
+        block, example,
+        "README's first rust block differs from examples/readme.rs"
+    );
 }

@@ -118,7 +118,22 @@ fn main() {
         rows.extend(cpu::torch_rows(&ours, &torch));
         extra.push_str(&torch_md);
     }
-    if run("wgpu") {
+    // A backend that cannot start here (no Vulkan driver, no GPU) skips its rows with one
+    // line saying why, instead of a panic inside its runtime.
+    let wgpu_up = run("wgpu")
+        && match burn_amp::probe_backend::<Wgpu>(&Default::default()) {
+            Ok(()) => true,
+            Err(why) => {
+                let line = format!(
+                    "wgpu rows skipped: {why} (a Vulkan driver is needed; on Debian/Ubuntu \
+                     `apt-get install mesa-vulkan-drivers` gives the CPU one, lavapipe)"
+                );
+                progress(&line);
+                extra.push_str(&format!("\n{line}\n"));
+                false
+            }
+        };
+    if wgpu_up {
         progress("decorator overhead on wgpu");
         rows.push(training::overhead::<Autodiff<Wgpu>>(mlp_small, runs, wgpu));
         progress("policies on wgpu");
@@ -145,7 +160,14 @@ fn main() {
         ));
     }
     #[cfg(feature = "cuda")]
-    rows.extend(cuda_rows(mlp, encoder, runs, quick));
+    match burn_amp::probe_backend::<burn::backend::Cuda>(&Default::default()) {
+        Ok(()) => rows.extend(cuda_rows(mlp, encoder, runs, quick)),
+        Err(why) => {
+            let line = format!("CUDA rows skipped: {why}");
+            progress(&line);
+            extra.push_str(&format!("\n{line}\n"));
+        }
+    }
 
     let mut table = report::table(&rows, runs, quick, &report::machine());
     table.push_str(&extra);

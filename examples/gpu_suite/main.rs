@@ -15,6 +15,8 @@
 #[path = "../bench/alloc.rs"]
 mod alloc;
 mod checks;
+#[cfg(feature = "cuda")]
+mod cuda_kernels;
 mod fp8;
 #[path = "../bench/kernels.rs"]
 mod kernels;
@@ -182,6 +184,9 @@ fn main() {
     let mut all = Vec::new();
     let mut rows = Vec::new();
     let mut unavailable = Vec::new();
+    // The CUDA build of every kernel (only with the `cuda` feature, on a CUDA device).
+    #[allow(unused_mut)]
+    let mut kernels_md = String::new();
     let fp8_policies = [
         "mixed_float16",
         "mixed_bfloat16",
@@ -198,6 +203,9 @@ fn main() {
             Ok(()) => {
                 let name = format!("CUDA ({})", <Cuda as Backend>::name(&Default::default()));
                 all.push(check::<Cuda>(&name, &sizes));
+                let mut kernels = Checks::new(&name);
+                cuda_kernels::check(&mut kernels, &name, &mut kernels_md);
+                all.push(kernels);
                 if !options.checks_only {
                     speed::<Cuda, cubecl::cuda::CudaRuntime>(
                         &name,
@@ -253,6 +261,7 @@ fn main() {
         let word = if c.passed { "PASS" } else { "FAIL" };
         let _ = writeln!(md, "- {word} [{}] {}: {}", c.backend, c.name, c.detail);
     }
+    md.push_str(&kernels_md);
     if !rows.is_empty() {
         let _ = writeln!(md, "\n## Speed\n");
         md.push_str(&report::table(&rows, sizes.runs, options.quick, &machine));

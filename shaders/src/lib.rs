@@ -9,11 +9,15 @@
 //! - [`half16`]: Tesla's 16-bit SHP and UHP storage formats;
 //! - [`accum`]: blocked (chunk-based) accumulation and the block-scaled FP8 matmul;
 //! - [`optim`]: the fused AdamW step;
-//! - [`cpu`]: fast f32/bf16/f16 casts, a mixed-precision GEMM and AdamW for the CPU.
+//! - [`cpu`]: fast f32/bf16/f16 casts, a mixed-precision GEMM and AdamW for the CPU;
+//! - `cuda_check` (feature `cuda-check`): every CubeCL kernel compiled to PTX by NVRTC for
+//!   the GPU architectures users have, without a GPU.
 #![warn(missing_docs)]
 
 pub mod accum;
 pub mod cpu;
+#[cfg(feature = "cuda-check")]
+pub mod cuda_check;
 pub mod fp8;
 mod grid;
 pub mod half16;

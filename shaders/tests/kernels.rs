@@ -188,6 +188,47 @@ fn the_edge_cases_quantize_like_the_reference() {
 }
 
 #[test]
+fn scales_of_non_finite_and_zero_amaxes_match_the_reference_bit_for_bit() {
+    // An infinite or NaN amax: no scale (1) under the float and power-of-two rules, the
+    // canonical NaN under E8M0 (an MX block holding an inf or NaN); a zero amax: 1.
+    let client = client();
+    let amaxes = [
+        0x7f80_0000u32,
+        0x7f80_0001,
+        0x7fc0_0000,
+        0x7fff_ffff,
+        0,
+        0x3f80_0000,
+    ];
+    for format in [Fp8Format::E4M3, Fp8Format::E5M2] {
+        for rule in [
+            ScaleRule::Float { margin: 0 },
+            ScaleRule::PowerOfTwo { margin: 2 },
+            ScaleRule::E8M0,
+        ] {
+            let amax = client.create_from_slice(u32::as_bytes(&amaxes));
+            let (scales, scale_invs) =
+                launch::scales::<R>(&client, amax, amaxes.len() as u32, format, rule);
+            let got_s = read_f32(&client, scales, amaxes.len());
+            let got_si = read_f32(&client, scale_invs, amaxes.len());
+            for (b, &a) in amaxes.iter().enumerate() {
+                let want = block_scale(a, format, rule);
+                assert_eq!(
+                    got_s[b].to_bits(),
+                    want.scale.to_bits(),
+                    "{format} {rule:?} {a:#x}"
+                );
+                assert_eq!(
+                    got_si[b].to_bits(),
+                    want.scale_inv.to_bits(),
+                    "{format} {rule:?} {a:#x}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn every_code_dequantizes_like_the_reference() {
     let client = client();
     let codes: Vec<u8> = (0..=255).collect();

@@ -105,10 +105,22 @@ fn ones_rank<I: Backend>(t: FloatTensor<I>, rank: usize) -> FloatTensor<I> {
     I::float_reshape(t, Shape::from(dims))
 }
 
-/// `tensor * scale` for a one-value `scale`, broadcast.
+/// `scale` (f32) in `like`'s dtype, to multiply or divide it (a power of two under the
+/// default rule: exact in f16 and bf16 up to their range).
+fn scale_as<I: Backend>(scale: FloatTensor<I>, like: &FloatTensor<I>) -> FloatTensor<I> {
+    let rank = like.shape().num_dims();
+    let scale = ones_rank::<I>(scale, rank);
+    if scale.dtype() == like.dtype() {
+        scale
+    } else {
+        I::float_cast(scale, like.dtype().into())
+    }
+}
+
+/// `tensor * scale` for a one-value `scale`, broadcast, in `tensor`'s dtype.
 pub(crate) fn times<I: Backend>(tensor: FloatTensor<I>, scale: FloatTensor<I>) -> FloatTensor<I> {
-    let rank = tensor.shape().num_dims();
-    I::float_mul(tensor, ones_rank::<I>(scale, rank))
+    let scale = scale_as::<I>(scale, &tensor);
+    I::float_mul(tensor, scale)
 }
 
 /// A gradient read from a scaled backward pass, divided by the scale (one pass, in place
@@ -123,8 +135,8 @@ pub(crate) fn unscale<I: Backend>(grad: FloatTensor<I>, slot: &DeviceSlot) -> Fl
         },
         None => grad,
     };
-    let rank = grad.shape().num_dims();
-    I::float_div(grad, ones_rank::<I>(scale, rank))
+    let scale = scale_as::<I>(scale, &grad);
+    I::float_div(grad, scale)
 }
 
 /// How many values of `grad` are inf or NaN, as a one-value f32 tensor on its device.

@@ -238,17 +238,20 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Mapper<'_, B> {
     }
 }
 
-/// A new parameter's state: zero moments in the gradient's dtype (as Burn's), step 0.
+/// A new parameter's state: zero moments in the gradient's dtype (as Burn's), step 0 in
+/// f32 (cast: under a `float16` or `bfloat16` policy a tensor created in f32 is created in
+/// the variable dtype, where bf16 counts steps exactly only to 256).
 fn fresh<I: Backend>(
     param: &FloatTensor<I>,
     grad: &FloatTensor<I>,
     device: &I::Device,
 ) -> AdamwState<FloatTensor<I>> {
     let dtype = FloatDType::from(grad.dtype());
+    let time = I::float_zeros(Shape::new([1]), device, FloatDType::F32);
     AdamwState {
         m: I::float_zeros(param.shape(), device, dtype),
         v: I::float_zeros(param.shape(), device, dtype),
-        time: I::float_zeros(Shape::new([1]), device, FloatDType::F32),
+        time: I::float_cast(time, FloatDType::F32),
     }
 }
 

@@ -157,9 +157,13 @@ fn adamw_tensor_ops<B: Backend>(
         Some(runs) => time.clone() + runs.clone(),
         None => time.clone().add_scalar(1.0),
     };
-    let device = p.device();
+    // `beta` as a one-value tensor in `t`'s dtype (f32): built from `t`, since a tensor
+    // created under a `float16` or `bfloat16` policy is created in that dtype (where 0.999
+    // rounds to 1 in bf16, and the bias correction to 0).
     let correction = |beta: f32| {
-        Tensor::<B, 1>::full([1], beta, &device)
+        t.clone()
+            .mul_scalar(0.0)
+            .add_scalar(beta)
             .powf(t.clone())
             .neg()
             .add_scalar(1.0)

@@ -11,7 +11,8 @@ use super::parse::{FP8_NAMES, SPEC_EXAMPLE, SPEC_HELP, VALID_NAMES};
 pub enum PolicyError {
     /// The string is neither a policy name nor a `params=…,compute=…,output=…` spec.
     #[error(
-        "unknown dtype policy {name:?}: valid names are {}, {}, or a spec such as \"{}\"",
+        "unknown dtype policy {name:?}{}: valid names are {}, {}, or a spec such as \"{}\"",
+        did_you_mean(suggestion),
         VALID_NAMES.join(", "),
         FP8_NAMES.join(", "),
         SPEC_EXAMPLE
@@ -19,6 +20,8 @@ pub enum PolicyError {
     UnknownName {
         /// The string that was given.
         name: String,
+        /// The valid name closest to it, if one is close (a typo, another case, `-` for `_`).
+        suggestion: Option<&'static str>,
     },
     /// A `params=…,compute=…,output=…` spec that is malformed. The message lists the valid
     /// keys, dtype spellings and policy names.
@@ -64,4 +67,10 @@ pub enum PolicyError {
         /// The same policy without FP8.
         suggestion: Policy,
     },
+}
+
+fn did_you_mean(suggestion: &Option<&'static str>) -> String {
+    suggestion
+        .map(|name| format!(" (did you mean {name:?}?)"))
+        .unwrap_or_default()
 }

@@ -264,6 +264,36 @@ fn fp8_scaling(keys: &Fp8Keys) -> Result<Option<Fp8Scaling>, String> {
     })
 }
 
+/// The policy name nearest to `name` by edit distance (ignoring case, `-` read as `_`), if
+/// it is near enough to be a typo: at most one edit per four characters, and at least one.
+pub(crate) fn nearest_name(name: &str) -> Option<&'static str> {
+    let wanted: Vec<char> = name.to_lowercase().replace('-', "_").chars().collect();
+    let limit = (wanted.len() / 4).max(1);
+    VALID_NAMES
+        .iter()
+        .chain(FP8_NAMES.iter())
+        .map(|&candidate| (edit_distance(&wanted, candidate), candidate))
+        .filter(|&(distance, _)| distance <= limit)
+        .min_by_key(|&(distance, _)| distance)
+        .map(|(_, candidate)| candidate)
+}
+
+/// Levenshtein distance between `a` and `b`.
+fn edit_distance(a: &[char], b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = diagonal + usize::from(ca != cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
+}
+
 impl FromStr for Policy {
     type Err = PolicyError;
 
@@ -280,6 +310,7 @@ impl FromStr for Policy {
         }
         Err(PolicyError::UnknownName {
             name: s.to_string(),
+            suggestion: nearest_name(s),
         })
     }
 }
@@ -353,5 +384,25 @@ impl IntoPolicy for String {
 impl IntoPolicy for &String {
     fn into_policy(self) -> Result<Policy, PolicyError> {
         self.parse()
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::nearest_name;
+
+    #[test]
+    fn typos_get_the_nearest_name_and_strangers_none() {
+        assert_eq!(nearest_name("mixed_float61"), Some("mixed_float16"));
+        assert_eq!(nearest_name("Mixed-Float16"), Some("mixed_float16"));
+        assert_eq!(nearest_name("Float32"), Some("float32"));
+        assert_eq!(nearest_name("mixed_bfloat"), Some("mixed_bfloat16"));
+        assert_eq!(nearest_name("bfloat61"), Some("bfloat16"));
+        assert_eq!(
+            nearest_name("float8_from_mixed_bfloat"),
+            Some("float8_from_mixed_bfloat16")
+        );
+        assert_eq!(nearest_name("int8"), None);
+        assert_eq!(nearest_name("mixed"), None);
     }
 }

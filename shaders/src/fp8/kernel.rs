@@ -237,7 +237,11 @@ pub fn scales_kernel(
     let mut scale_inv = 1.0f32;
     if a >= 0x7f80_0000u32 {
         if comptime!(rule == 2) {
-            scale = f32::reinterpret(0x7fc0_0000u32);
+            // The canonical NaN, 0x7fc0_0000, built from `a` (any bits of a non-finite amax
+            // give it): CubeCL 0.10's CUDA backend turns the reinterpret of a constant into
+            // `reinterpret_cast<float const&>(uint32(..))`, which NVRTC rejects (tracel-ai/
+            // cubecl#1476, fixed after 0.10; found by `cuda_check`).
+            scale = f32::reinterpret((a & 0x7fc0_0000u32) | 0x7fc0_0000u32);
             scale_inv = scale;
         }
     } else if a != 0 {

@@ -48,6 +48,22 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         autocast::convert::<B>(tensor, dtype)
     }
 
+    /// A tensor made a variable (a `Param`, or an optimizer's updated parameter) in f32
+    /// under a policy whose variables are not f32 (`float16`, `bfloat16`) takes the
+    /// variable dtype, as a tensor created in f32 does: an optimizer whose update math ran
+    /// in f32 (Burn's Adam squares the gradient, a float32-class op) leaves the variables
+    /// in their dtype.
+    fn float_set_require_grad(tensor: FloatTensor<Self>, require_grad: bool) -> FloatTensor<Self> {
+        cost::forwarded("float_set_require_grad");
+        let tensor = if require_grad && autocast::dtype::<B>(&tensor) == FloatDType::F32 {
+            let variable = autocast::variable_dtype::<B>(&B::float_device(&tensor));
+            autocast::cast::<B>(tensor, variable)
+        } else {
+            tensor
+        };
+        B::float_set_require_grad(tensor, require_grad)
+    }
+
     fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self> {
         cost::op(OpClass::Create, "float_from_data", None);
         let requested = FloatDType::from(data.dtype);
@@ -232,7 +248,6 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         fn float_lower_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
         fn float_lower_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
         fn float_detach(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_set_require_grad(tensor: FloatTensor<Self>, _require_grad: bool) -> FloatTensor<Self>;
         fn float_is_require_grad(_tensor: &FloatTensor<Self>) -> bool;
         fn float_cummin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
         fn float_cummax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;

@@ -1,0 +1,186 @@
+//! The CUDA check (feature `cuda-check`): CubeCL's CUDA code generation for every kernel and
+//! architecture, and NVRTC's verdict, including on a kernel broken on purpose.
+//!
+//! Needs NVRTC and the CUDA headers: `./scripts/cuda-check.sh` installs them and runs this
+//! file. Without the feature this file is not built at all.
+
+use burn_amp_kernels::cuda_check::catalog::{self, Launch};
+use burn_amp_kernels::cuda_check::{self, CudaTarget, Nvrtc, Outcome};
+
+fn nvrtc() -> Nvrtc {
+    Nvrtc::load(None).unwrap_or_else(|err| {
+        panic!("{err} (run this test through ./scripts/cuda-check.sh, which installs NVRTC)")
+    })
+}
+
+#[test]
+fn every_instantiation_generates_cuda_source_on_every_architecture() {
+    let instantiations = catalog::instantiations().len();
+    for target in CudaTarget::DEFAULT {
+        let generated = cuda_check::generate(target, |_| true);
+        assert_eq!(generated.len(), instantiations);
+        for (instantiation, kernels) in &generated {
+            let expected = match instantiation.launch {
+                Launch::RowSums { .. } => 2, // the chunk sums, then their combination
+                _ => 1,
+            };
+            assert_eq!(kernels.len(), expected, "{instantiation:?}");
+            for kernel in kernels {
+                let source = kernel.source.as_ref().unwrap_or_else(|err| {
+                    panic!(
+                        "{} [{}] on {target}: {err}",
+                        instantiation.family, instantiation.variant
+                    )
+                });
+                let entry = kernel.entrypoint.as_deref().expect("an entry point");
+                assert!(source.contains("__global__"), "{source}");
+                assert!(source.contains(entry), "{entry} missing from {source}");
+            }
+        }
+    }
+}
+
+#[test]
+fn distinct_comptime_choices_give_distinct_kernels() {
+    // Stochastic rounding and each overflow rule are comptime: their sources must differ.
+    let generated = cuda_check::generate(CudaTarget::SM90, |i| {
+        i.family == "fp8::quantize" && i.variant.starts_with("F16 E4M3")
+    });
+    assert_eq!(generated.len(), 6);
+    let mut sources: Vec<&str> = generated
+        .iter()
+        .map(|(_, kernels)| kernels[0].source.as_deref().unwrap())
+        .collect();
+    sources.sort_unstable();
+    sources.dedup();
+    assert_eq!(sources.len(), 6);
+}
+
+#[test]
+fn the_kernels_compile_for_hopper() {
+    let nvrtc = nvrtc();
+    let report = cuda_check::check(&[CudaTarget::SM90], &nvrtc, |i| {
+        matches!(
+            i.launch,
+            Launch::Adamw(..) | Launch::Fp8Matmul(..) | Launch::Scales(_)
+        )
+    });
+    assert_eq!(report.rows().len(), 6 + 16 + 3);
+    assert!(report.failures().is_empty(), "{}", report.failure_details());
+    for row in report.rows() {
+        assert!(
+            matches!(row.outcomes[0], Outcome::Compiled { ptx_bytes } if ptx_bytes > 100),
+            "{row:?}"
+        );
+    }
+}
+
+#[test]
+fn a_broken_kernel_is_reported_with_nvrtcs_message_and_its_source_line() {
+    let nvrtc = nvrtc();
+    let mut generated = cuda_check::generate(CudaTarget::SM89, |i| i.family == "fp8::copy");
+    assert_eq!(generated.len(), 1);
+    // Break the kernel the way a code-generation bug would: a statement naming something
+    // CUDA does not declare, right after the kernel's opening brace.
+    let kernel = &mut generated[0].1[0];
+    let source = kernel.source.as_mut().unwrap();
+    let entry = kernel.entrypoint.clone().unwrap();
+    let at = source.find(&entry).unwrap();
+    let brace = at + source[at..].find('{').unwrap();
+    source.insert_str(brace + 1, "\n    undeclared_intrinsic_for_the_test(1);\n");
+
+    let report = cuda_check::compile(&[CudaTarget::SM89], &nvrtc, vec![generated]);
+    let failures = report.failures();
+    assert_eq!(failures.len(), 1, "{}", report.table());
+    let (row, column, outcome) = failures[0];
+    assert_eq!(row.family, "fp8::copy");
+    assert!(column.starts_with("sm_89"));
+    let Outcome::Failed(failure) = outcome else {
+        panic!("expected an NVRTC failure, got {outcome:?}");
+    };
+    assert!(
+        failure.log.contains("undeclared_intrinsic_for_the_test"),
+        "{}",
+        failure.log
+    );
+    assert!(failure.log.contains("error"), "{}", failure.log);
+    assert!(
+        failure
+            .excerpt
+            .lines()
+            .any(|line| line.starts_with('>') && line.contains("undeclared_intrinsic_for_the_test")),
+        "{}",
+        failure.excerpt
+    );
+    let details = report.failure_details();
+    assert!(
+        details.contains("fp8::copy") && details.contains("undeclared_intrinsic"),
+        "{details}"
+    );
+    assert!(report.table().contains("FAILED"), "{}", report.table());
+}
+
+#[test]
+fn an_architecture_nvrtc_does_not_know_is_listed_as_not_compiled() {
+    let nvrtc = nvrtc();
+    let unknown = CudaTarget { sm: 990 };
+    assert!(!nvrtc.supports(unknown));
+    let report = cuda_check::check(&[CudaTarget::SM80, unknown], &nvrtc, |i| {
+        i.family == "half16::encode"
+    });
+    assert!(report.failures().is_empty(), "{}", report.failure_details());
+    for row in report.rows() {
+        assert!(
+            matches!(row.outcomes[0], Outcome::Compiled { .. }),
+            "{row:?}"
+        );
+        assert!(matches!(&row.outcomes[1], Outcome::Skipped(why) if why.contains("sm_990")));
+    }
+    let table = report.table();
+    assert!(table.contains("not compiled"), "{table}");
+    assert!(table.contains("does not know sm_990"), "{table}");
+}
+
+/// The `#[cube(launch...)]` kernels defined under `dir`, by function name.
+fn launchable_kernels(dir: &std::path::Path, out: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            launchable_kernels(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let mut launchable = false;
+            for line in text.lines().map(str::trim) {
+                if line.starts_with("#[cube(launch") {
+                    launchable = true;
+                } else if launchable && line.starts_with("pub fn ") {
+                    let name = line["pub fn ".len()..].split(['<', '(']).next().unwrap();
+                    out.push(name.to_string());
+                    launchable = false;
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_catalog_launches_every_kernel_the_crate_defines() {
+    // A kernel added without an entry in the catalog would escape the check.
+    let mut defined = Vec::new();
+    launchable_kernels(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut defined,
+    );
+    assert!(defined.len() >= 12, "{defined:?}");
+    let generated = cuda_check::generate(CudaTarget::SM90, |_| true);
+    let entrypoints: Vec<String> = generated
+        .iter()
+        .flat_map(|(_, kernels)| kernels.iter().filter_map(|k| k.entrypoint.clone()))
+        .collect();
+    for kernel in &defined {
+        assert!(
+            entrypoints.iter().any(|e| e.starts_with(kernel.as_str())),
+            "kernel `{kernel}` is defined but no catalog entry launches it"
+        );
+    }
+}
