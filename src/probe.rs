@@ -16,6 +16,7 @@ use burn::tensor::backend::Backend;
 /// Why a backend could not start here; every variant keeps the loader's own first line in
 /// `detail`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum BackendUnavailable {
     /// `libcuda.so.1` (the NVIDIA driver's library) is not on the loader's path.
     #[error(

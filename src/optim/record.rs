@@ -7,7 +7,7 @@ use burn::optim::{AdamW, AdamWState, AdaptiveMomentumState};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Tensor, TensorData, TensorPrimitive};
 use burn_tensor::ops::FloatTensor;
-use burn_tensor::{Shape, TensorMetadata};
+use burn_tensor::{FloatDType, Shape, TensorMetadata};
 
 use super::adamw::ParamState;
 use crate::cost;
@@ -157,7 +157,9 @@ fn check<I: Backend>(
         return bad("a negative second moment");
     }
     let device = I::float_device(&m);
+    // In f32 whatever the policy (one created in f32 under `bfloat16` is created in bf16).
     let time = I::float_from_data(TensorData::new(vec![time as f32], [1]), &device);
+    let time = I::float_cast(time, FloatDType::F32);
     Ok(ParamState {
         state: AdamwState { m, v, time },
     })

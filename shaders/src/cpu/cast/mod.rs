@@ -104,6 +104,7 @@ impl CpuFloat for f16 {
 
 /// Why a conversion was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CastError {
     /// Source and destination differ in length.
     #[error("cannot convert {src} values into a slice of {dst}")]

@@ -50,6 +50,7 @@ use super::cast::{CpuFloat, Format};
 
 /// Why a product was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum GemmError {
     /// A's columns are not B's rows.
     #[error("cannot multiply a {a_rows}x{a_cols} matrix by a {b_rows}x{b_cols} one")]

@@ -36,6 +36,7 @@ use super::cast::CpuFloat;
 
 /// Why an optimizer kernel was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum OptimError {
     /// The parameter, its gradient and its moments differ in length.
     #[error("lengths differ: parameter {param}, gradient {grad}, moments {m} and {v}")]
