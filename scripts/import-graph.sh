@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prints which top-level modules of src/ import which ("a -> b", with a count of files),
-# then any pair that imports each other. Root re-exports count as their module; comments
-# (doc links) do not count.
+# then any pair that imports each other (root re-exports count as their module; comments,
+# doc links included, do not count); then checks that no files of one module folder import
+# each other in a circle (scripts/file-cycles.py, both crates).
 set -euo pipefail
 cd "$(dirname "$0")/../src"
 map() {
@@ -32,3 +33,6 @@ cycles=$(echo "$edges" | awk '{print $2, $4}' | while read -r a b; do
 done | sort -u)
 if [ -n "$cycles" ]; then echo "$cycles"; exit 1; fi
 echo "no two modules import each other"
+# Inside each module folder, of either crate: no circle between its files.
+cd ..
+python3 scripts/file-cycles.py src shaders/src

@@ -319,3 +319,23 @@ fn stochastic_rounding_is_unbiased_reproducible_and_stays_between_neighbours() {
         }
     }
 }
+
+#[test]
+fn the_formats_extremes_are_the_decoded_extreme_codes_for_every_bias() {
+    for layout in [Fp8Layout::E4M3, Fp8Layout::E5M2] {
+        for bias in Fp8Format::MIN_BIAS..=Fp8Format::MAX_BIAS {
+            let format = Fp8Format::new(layout, bias).unwrap();
+            let max = decode(layout.max_finite_code(), format);
+            let normal = decode(1 << layout.mantissa_bits(), format);
+            assert_eq!(format.max().to_bits(), max.to_bits(), "{format}");
+            assert_eq!(format.min_normal().to_bits(), normal.to_bits(), "{format}");
+            assert_eq!(
+                format.min_subnormal().to_bits(),
+                decode(1, format).to_bits(),
+                "{format}"
+            );
+        }
+    }
+    assert_eq!(Fp8Format::E4M3.max(), 448.0);
+    assert_eq!(Fp8Format::E5M2.max(), 57344.0);
+}

@@ -17,6 +17,7 @@ use burn_tensor::{FloatDType, Shape, TensorMetadata};
 
 use super::kernels;
 use super::record::{self, RecordError};
+use super::state::ParamState;
 use crate::cpu::AdamwState;
 
 /// [`FusedAdamW`]'s configuration: Burn's `AdamWConfig` settings and defaults (`beta_1`
@@ -81,23 +82,6 @@ impl FusedAdamWConfig {
             self.epsilon,
             self.weight_decay,
         )
-    }
-}
-
-/// One parameter's state, without its rank (the record gets it back from the tensors).
-pub(super) struct ParamState<I: Backend> {
-    pub(super) state: AdamwState<FloatTensor<I>>,
-}
-
-impl<I: Backend> Clone for ParamState<I> {
-    fn clone(&self) -> Self {
-        Self {
-            state: AdamwState {
-                m: self.state.m.clone(),
-                v: self.state.v.clone(),
-                time: self.state.time.clone(),
-            },
-        }
     }
 }
 

@@ -15,6 +15,7 @@ mod adamw;
 mod kernels;
 pub(crate) use kernels::{AdamwKernel, kernel_takes};
 mod record;
+mod state;
 
 pub(crate) use adamw::as_fused;
 pub use adamw::{FusedAdamW, FusedAdamWConfig};

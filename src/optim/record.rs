@@ -9,7 +9,7 @@ use burn::tensor::{ElementConversion, Tensor, TensorData, TensorPrimitive};
 use burn_tensor::ops::FloatTensor;
 use burn_tensor::{FloatDType, Shape, TensorMetadata};
 
-use super::adamw::ParamState;
+use super::state::ParamState;
 use crate::cost;
 use crate::cpu::AdamwState;
 

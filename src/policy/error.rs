@@ -3,7 +3,7 @@
 use burn_tensor::FloatDType;
 
 use super::Policy;
-use super::parse::{FP8_NAMES, SPEC_EXAMPLE, SPEC_HELP, VALID_NAMES};
+use super::names::{FP8_NAMES, SPEC_EXAMPLE, SPEC_HELP, VALID_NAMES};
 
 /// Why a policy could not be built or used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

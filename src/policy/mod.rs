@@ -35,6 +35,7 @@
 //! [`MixedPrecision`](crate::MixedPrecision) casts nothing that is already f32.
 
 mod error;
+mod names;
 mod parse;
 
 pub use error::PolicyError;

@@ -25,10 +25,10 @@ use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
 use burn_tensor::{Bool, FloatDType, Int, Tensor, TensorMetadata, TensorPrimitive};
 
-use super::history::RoleState;
 use super::numerics::FORMATS;
 use super::rules::AUTO_FORMAT_TOLERANCE;
 use super::scaling::Fp8Role;
+use super::state::RoleState;
 use crate::cost;
 use crate::fp8::AmaxCompute;
 use crate::fp8::backend::{Fp8Backend, float_vec};

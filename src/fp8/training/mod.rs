@@ -60,12 +60,11 @@ pub(crate) mod registry;
 mod rules;
 mod scaling;
 mod site;
+mod state;
 
 pub(crate) use device::finite_or_zero;
 pub(crate) use history::lane_of;
-pub use history::{
-    Fp8History, Fp8HistoryRecord, LaneRecord, RoleRecord, RoleState, SiteRecord, SiteState,
-};
+pub use history::{Fp8History, Fp8HistoryRecord, LaneRecord, RoleRecord, SiteRecord};
 pub(crate) use numerics::Observer;
 pub use numerics::{
     FORMATS, Fp8Numerics, HISTOGRAM_MAX_EXPONENT, HISTOGRAM_MIN_EXPONENT, RoleNumerics,
@@ -77,3 +76,4 @@ pub use scaling::{
     DelayedRecipe, ExponentBiasRecipe, Fp8Formats, Fp8Role, Fp8Scaling, GradientCompression,
 };
 pub(crate) use site::Fp8Site;
+pub use state::{RoleState, SiteState};
