@@ -100,7 +100,7 @@ pub fn matmul<R: Runtime, F: Float + CubeElement>(
     output
 }
 
-/// The block-scaled FP8 matrix product (see [`kernel::fp8_matmul_kernel`]); `a` and `b`
+/// The block-scaled FP8 matrix product (see [`kernel::fp8_matmul_kernel`](fn@kernel::fp8_matmul_kernel)); `a` and `b`
 /// are packed codes; returns `m * n` f32.
 #[allow(clippy::too_many_arguments)]
 pub fn fp8_matmul<R: Runtime>(

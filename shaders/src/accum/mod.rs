@@ -6,8 +6,8 @@
 //! naive sum of `n` terms in a format of unit roundoff `u` has an error bound of about
 //! `n u`; chunks of length `CL` bring it to about `(n / CL + CL) u`.
 //!
-//! - [`format`]: accumulators and chunking;
-//! - [`reference`]: the CPU reference (same operations, same order);
+//! - [`format`](mod@format): accumulators and chunking;
+//! - [`reference`](mod@reference): the CPU reference (same operations, same order);
 //! - [`kernel`], [`launch`]: the CubeCL kernels.
 
 pub mod format;

@@ -1,7 +1,7 @@
 //! FP8 (E4M3, E5M2, with a configurable exponent bias) quantization and dequantization.
 //!
-//! - [`format`]: the formats and the rounding and overflow rules;
-//! - [`reference`]: the CPU reference, integer bit work from the layout;
+//! - [`format`](mod@format): the formats and the rounding and overflow rules;
+//! - [`reference`](mod@reference): the CPU reference, integer bit work from the layout;
 //! - [`scale`]: per-tensor, per-block and MX (E8M0) scales from an amax;
 //! - [`kernel`]: the CubeCL kernels, the same steps on any CubeCL runtime;
 //! - [`launch`]: launching them over raw CubeCL buffers.

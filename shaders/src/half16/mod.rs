@@ -8,8 +8,8 @@
 //!
 //! Both round to nearest even. UHP holds magnitudes: negative inputs become zero.
 //!
-//! - [`format`]: the two formats and their ranges;
-//! - [`reference`]: the CPU reference, integer bit work;
+//! - [`format`](mod@format): the two formats and their ranges;
+//! - [`reference`](mod@reference): the CPU reference, integer bit work;
 //! - [`kernel`]: the CubeCL kernels, the same steps;
 //! - [`launch`]: launching them over raw CubeCL buffers (two codes per `u32`).
 
