@@ -184,3 +184,47 @@ fn the_catalog_launches_every_kernel_the_crate_defines() {
         );
     }
 }
+
+/// The reinterpret of a constant: CubeCL 0.10 writes it as
+/// `reinterpret_cast<float const&>(uint32(..))`, which NVRTC rejects (tracel-ai/cubecl#1476;
+/// burn-amp's E8M0 scale kernel works around it). Kept here as a real kernel the check must
+/// fail on; when a CubeCL upgrade fixes the bug, this test says so.
+mod miscompiled {
+    use cubecl::prelude::*;
+
+    #[cube(launch_unchecked)]
+    pub fn reinterpret_of_a_constant(out: &mut Array<f32>) {
+        out[0] = f32::reinterpret(0x7fc0_0000u32);
+    }
+}
+
+#[test]
+fn a_kernel_cubecl_miscompiles_fails_the_check_with_nvrtcs_message() {
+    use cubecl::prelude::*;
+    let nvrtc = nvrtc();
+    let client = cuda_check::codegen::client(CudaTarget::SM80);
+    let out = client.empty(4);
+    unsafe {
+        miscompiled::reinterpret_of_a_constant::launch_unchecked::<cuda_check::codegen::CudaCodegen>(
+            &client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(1),
+            ArrayArg::from_raw_parts(out, 1),
+        );
+    }
+    let generated = cuda_check::codegen::take_generated(&client);
+    assert_eq!(generated.len(), 1);
+    let source = generated[0].source.as_ref().expect("CubeCL generates it");
+    let failure = nvrtc
+        .compile(source, CudaTarget::SM80)
+        .expect_err("NVRTC rejects the reinterpret of a constant");
+    assert!(failure.log.contains("lvalue"), "{}", failure.log);
+    assert!(
+        failure
+            .excerpt
+            .lines()
+            .any(|line| line.starts_with('>') && line.contains("reinterpret_cast")),
+        "{}",
+        failure.excerpt
+    );
+}
