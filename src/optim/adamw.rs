@@ -13,11 +13,11 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_amp_kernels::cpu::optim::AdamwStep;
 use burn_tensor::ops::{FloatTensor, FloatTensorOps};
-use burn_tensor::{FloatDType, Shape, TensorMetadata};
+use burn_tensor::{FloatDType, TensorMetadata};
 
 use super::kernels;
 use super::record::{self, RecordError};
-use super::state::ParamState;
+use super::state::{ParamState, step_count};
 use crate::cpu::AdamwState;
 
 /// [`FusedAdamW`]'s configuration: Burn's `AdamWConfig` settings and defaults (`beta_1`
@@ -223,19 +223,17 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Mapper<'_, B> {
 }
 
 /// A new parameter's state: zero moments in the gradient's dtype (as Burn's), step 0 in
-/// f32 (cast: under a `float16` or `bfloat16` policy a tensor created in f32 is created in
-/// the variable dtype, where bf16 counts steps exactly only to 256).
+/// f32 whatever the policy.
 fn fresh<I: Backend>(
     param: &FloatTensor<I>,
     grad: &FloatTensor<I>,
     device: &I::Device,
 ) -> AdamwState<FloatTensor<I>> {
     let dtype = FloatDType::from(grad.dtype());
-    let time = I::float_zeros(Shape::new([1]), device, FloatDType::F32);
     AdamwState {
         m: I::float_zeros(param.shape(), device, dtype),
         v: I::float_zeros(param.shape(), device, dtype),
-        time: I::float_cast(time, FloatDType::F32),
+        time: step_count::<I>(0, device),
     }
 }
 

@@ -5,11 +5,11 @@ use burn::module::ParamId;
 use burn::optim::record::{AdaptorRecord, AdaptorRecordV1};
 use burn::optim::{AdamW, AdamWState, AdaptiveMomentumState};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{ElementConversion, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{ElementConversion, Tensor, TensorPrimitive};
 use burn_tensor::ops::FloatTensor;
-use burn_tensor::{FloatDType, Shape, TensorMetadata};
+use burn_tensor::{Shape, TensorMetadata};
 
-use super::state::ParamState;
+use super::state::{ParamState, step_count};
 use crate::cost;
 use crate::cpu::AdamwState;
 
@@ -157,10 +157,11 @@ fn check<I: Backend>(
         return bad("a negative second moment");
     }
     let device = I::float_device(&m);
-    // In f32 whatever the policy (one created in f32 under `bfloat16` is created in bf16).
-    let time = I::float_from_data(TensorData::new(vec![time as f32], [1]), &device);
-    let time = I::float_cast(time, FloatDType::F32);
     Ok(ParamState {
-        state: AdamwState { m, v, time },
+        state: AdamwState {
+            m,
+            v,
+            time: step_count::<I>(time, &device),
+        },
     })
 }

@@ -2,6 +2,8 @@
 //! its record conversions.
 
 use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+use burn_tensor::FloatDType;
 use burn_tensor::ops::FloatTensor;
 
 use crate::cpu::AdamwState;
@@ -21,4 +23,13 @@ impl<I: Backend> Clone for ParamState<I> {
             },
         }
     }
+}
+
+/// A step count as a one-value f32 tensor, exact up to 2^24 whatever the policy. It goes
+/// through an int tensor: a float tensor created in f32 under `float16` or `bfloat16` is
+/// created in that dtype (bf16 holds integers exactly only to 256, f16 to 2048), while a
+/// conversion to an explicit dtype is kept.
+pub(super) fn step_count<I: Backend>(steps: usize, device: &I::Device) -> FloatTensor<I> {
+    let steps = Tensor::<I, 1, Int>::from_data(TensorData::from([steps as i64]), device);
+    I::int_into_float(steps.into_primitive(), FloatDType::F32)
 }

@@ -277,3 +277,25 @@ fn on_wgpu_inside_a_loss_scale_optimizer_nothing_is_read_back() {
         );
     });
 }
+
+#[test]
+fn a_record_reloaded_under_bfloat16_keeps_its_step_count() {
+    // 257 steps: bf16 holds integers exactly only to 256, so a step count that went through
+    // a bf16 tensor on loading would come back as 256.
+    let _serial = serial();
+    with_policy(Policy::bfloat16(), || {
+        let device = Default::default();
+        let mut optim = FusedAdamWConfig::new().init::<Fx, Mlp<Fx>>();
+        let _ = train(
+            Mlp::<Fx>::new(8, 16, 4, &device),
+            &mut optim,
+            0..257,
+            &device,
+        );
+        let saved = per_param_bytes(optim.to_record());
+        let reloaded = FusedAdamWConfig::new()
+            .init::<Fx, Mlp<Fx>>()
+            .load_record(optim.to_record());
+        assert!(saved == per_param_bytes(reloaded.to_record()));
+    });
+}
