@@ -1,18 +1,27 @@
 //! Swamping and chunk-based accumulation, measured: the relative error of summing n values
 //! from U(0, 1) (n = 2^10 ... 2^24) against an f64 sum, for the naive f16 running sum,
 //! chunks of 32 / 64 / 128 / 256 in f16 (chunk sums combined in f32), and f32; with the time
-//! of each. Prints a markdown table and writes a PNG plot.
+//! of each; then the error of `fp8_matmul` (E8M13 windows promoted to f32) against naive
+//! FP8 accumulation in f16. Prints markdown tables and writes a PNG plot; `--write FILE`
+//! also puts the tables between the `accumulation` markers of FILE.
 //!
 //! ```sh
-//! cargo run --release --example accumulation                       # Flex (CPU reference)
-//! cargo run --release --example accumulation -- --backend wgpu --out docs/accumulation.png
+//! cargo run --release --example accumulation -- --write BENCHMARKS.md   # Flex (CPU reference)
+//! cargo run --release --example accumulation -- --backend wgpu --out target/accumulation.png
 //! ```
 
+#[path = "common/section.rs"]
+mod section;
+
+use std::fmt::Write as _;
 use std::time::Instant;
 
 use burn::backend::{Flex, Wgpu};
-use burn::tensor::{ElementConversion, Tensor, TensorData};
-use burn_amp::accum::{AccumBackend, AccumConfig, Accumulator, blocked_sum};
+use burn::tensor::{ElementConversion, FloatDType, Tensor, TensorData};
+use burn_amp::accum::{
+    AccumBackend, AccumConfig, Accumulator, Fp8MatmulConfig, blocked_sum, fp8_matmul,
+};
+use burn_amp::fp8::{Fp8Backend, Fp8Cast, Fp8Format, Fp8Recipe, Fp8Tensor};
 use plotters::prelude::*;
 
 const FONT: &[u8] = include_bytes!("data/fonts/DejaVuSans.ttf");
@@ -56,6 +65,80 @@ fn measure<B: AccumBackend>(series: &mut [Series], sizes: &[u32]) {
         }
         eprintln!("  n = 2^{log} done");
     }
+}
+
+/// Values from N(0, 1) (Box-Muller over the same generator as `uniform`).
+fn normal(n: usize, seed: u64) -> Vec<f32> {
+    let u = uniform(2 * n, seed);
+    (0..n)
+        .map(|i| {
+            let (a, b) = (f64::from(u[2 * i]).max(1e-12), f64::from(u[2 * i + 1]));
+            ((-2.0 * a.ln()).sqrt() * (std::f64::consts::TAU * b).cos()) as f32
+        })
+        .collect()
+}
+
+/// The relative RMS error of `fp8_matmul` on a 16 x 512 x 136 product of N(0, 1) operands
+/// quantized to E4M3 (1 x 128 and 128 x 128 scales), against the f64 product of the
+/// dequantized operands: `(label, error)` for each accumulation.
+fn fp8_matmul_errors<B: AccumBackend + Fp8Backend>() -> Vec<(String, f64)> {
+    let (m, k, n) = (16, 512, 136);
+    let device = Default::default();
+    let cast = Fp8Cast::new(Fp8Format::E4M3);
+    let a = Tensor::<B, 2>::from_data(TensorData::new(normal(m * k, 7), [m, k]), &device);
+    let b = Tensor::<B, 2>::from_data(TensorData::new(normal(k * n, 8), [k, n]), &device);
+    let qa = Fp8Tensor::quantize(a, cast, Fp8Recipe::blocks_1x128()).expect("quantize a");
+    let qb = Fp8Tensor::quantize(b, cast, Fp8Recipe::blocks_128x128()).expect("quantize b");
+    let host = |t: Tensor<B, 2>| t.into_data().convert::<f32>().to_vec::<f32>().expect("f32");
+    let (da, db) = (host(qa.dequantize()), host(qb.dequantize()));
+    let exact: Vec<f64> = (0..m * n)
+        .map(|ij| {
+            let (i, j) = (ij / n, ij % n);
+            (0..k)
+                .map(|t| f64::from(da[i * k + t]) * f64::from(db[t * n + j]))
+                .sum()
+        })
+        .collect();
+    let norm = exact.iter().map(|v| v * v).sum::<f64>().sqrt();
+    let configs = [
+        (
+            "E8M13 windows of 128, promoted to f32",
+            Accumulator::E8M13,
+            128,
+            true,
+        ),
+        (
+            "E8M13 windows of 32, promoted to f32",
+            Accumulator::E8M13,
+            32,
+            true,
+        ),
+        (
+            "naive: every product summed in f16",
+            Accumulator::F16,
+            128,
+            false,
+        ),
+    ];
+    configs
+        .into_iter()
+        .map(|(label, accumulator, window, promote)| {
+            let config = Fp8MatmulConfig {
+                block: 128,
+                window,
+                accumulator,
+                promote,
+            };
+            let got = host(fp8_matmul(&qa, &qb, config, FloatDType::F32).expect("fp8_matmul"));
+            let err = got
+                .iter()
+                .zip(&exact)
+                .map(|(g, e)| (f64::from(*g) - e).powi(2))
+                .sum::<f64>()
+                .sqrt();
+            (label.to_string(), err / norm)
+        })
+        .collect()
 }
 
 fn plot(
@@ -115,13 +198,17 @@ fn plot(
 fn main() {
     let mut backend = "flex".to_string();
     let mut out = "accumulation.png".to_string();
+    let mut write = None;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         match (flag.as_str(), args.next()) {
             ("--backend", Some(b)) if b == "flex" || b == "wgpu" => backend = b,
             ("--out", Some(p)) => out = p,
+            ("--write", Some(p)) => write = Some(p),
             _ => {
-                eprintln!("usage: accumulation [--backend flex|wgpu] [--out FILE.png]");
+                eprintln!(
+                    "usage: accumulation [--backend flex|wgpu] [--out FILE.png] [--write FILE.md]"
+                );
                 std::process::exit(2);
             }
         }
@@ -154,21 +241,51 @@ fn main() {
         "wgpu" => measure::<Wgpu>(&mut series, &sizes),
         _ => measure::<Flex>(&mut series, &sizes),
     }
-    println!(
-        "Relative error of the sum of n values from U(0, 1) against an f64 sum ({backend}); time in ms.\n"
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "Relative error of the sum of n values from U(0, 1) against an f64 sum ({backend}); \
+         time in ms. Measured {} on {}.\n",
+        section::date(),
+        section::machine()
     );
-    print!("| n |");
+    let _ = write!(md, "| n |");
     for s in &series {
-        print!(" {} | ms |", s.name);
+        let _ = write!(md, " {} | ms |", s.name);
     }
-    println!();
-    println!("|---|{}", "---|---|".repeat(series.len()));
+    let _ = writeln!(md, "\n|---|{}", "---|---|".repeat(series.len()));
     for (i, log) in sizes.iter().enumerate() {
-        print!("| 2^{log} |");
+        let _ = write!(md, "| 2^{log} |");
         for s in &series {
-            print!(" {:.2e} | {:.1} |", s.errors[i], s.millis[i]);
+            let _ = write!(md, " {:.2e} | {:.1} |", s.errors[i], s.millis[i]);
         }
-        println!();
+        let _ = writeln!(md);
+    }
+    let errors = match backend.as_str() {
+        "wgpu" => fp8_matmul_errors::<Wgpu>(),
+        _ => fp8_matmul_errors::<Flex>(),
+    };
+    let _ = writeln!(
+        md,
+        "\n`fp8_matmul` of a 16 x 512 x 136 product of N(0, 1) operands in E4M3 (1 x 128 and \
+         128 x 128 scales): relative RMS error against the f64 product of the dequantized \
+         operands ({backend}).\n\n| accumulation | relative RMS error |\n|---|---|"
+    );
+    for (label, err) in errors {
+        let _ = writeln!(md, "| {label} | {err:.2e} |");
+    }
+    print!("{md}");
+    if let Some(path) = &write {
+        let command = format!(
+            "cargo run --release --example accumulation -- --backend {backend} --write {path}"
+        );
+        if let Err(e) =
+            section::write_section(std::path::Path::new(path), "accumulation", &command, &md)
+        {
+            eprintln!("error: writing {path}: {e}");
+            std::process::exit(2);
+        }
+        eprintln!("tables written to {path}");
     }
     let title = format!("Summing n values from U(0,1) with an f16 accumulator ({backend})");
     match plot(&series, &sizes, &out, &title) {

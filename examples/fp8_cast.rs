@@ -12,9 +12,7 @@ use std::io::{Read, Write};
 
 use burn::backend::{Flex, Wgpu};
 use burn::tensor::{Tensor, TensorData};
-use burn_amp::fp8::{
-    Fp8Backend, Fp8Cast, Fp8Format, Fp8Layout, Fp8Recipe, Fp8Tensor, Overflow, Rounding,
-};
+use burn_amp::fp8::{Fp8Backend, Fp8Cast, Fp8Format, Fp8Recipe, Fp8Tensor, Overflow, Rounding};
 
 const USAGE: &str = "\
 usage: fp8_cast [--decode] [--format e4m3|e5m2] [--overflow saturate|nan]
@@ -37,7 +35,7 @@ struct Args {
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
-    let (mut decode, mut layout, mut bias) = (false, Fp8Layout::E4M3, None);
+    let (mut decode, mut standard, mut bias) = (false, Fp8Format::E4M3, None);
     let (mut overflow, mut stochastic, mut seed) = (Overflow::Saturate, false, 0u32);
     let mut device = "cpu".to_string();
     while let Some(flag) = args.next() {
@@ -45,9 +43,9 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         match flag.as_str() {
             "--decode" => decode = true,
             "--format" => {
-                layout = match value()?.as_str() {
-                    "e4m3" => Fp8Layout::E4M3,
-                    "e5m2" => Fp8Layout::E5M2,
+                standard = match value()?.as_str() {
+                    "e4m3" => Fp8Format::E4M3,
+                    "e5m2" => Fp8Format::E5M2,
                     other => return Err(format!("--format: {other:?} is not e4m3 or e5m2")),
                 }
             }
@@ -92,8 +90,10 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    let format =
-        Fp8Format::new(layout, bias.unwrap_or(layout.default_bias())).map_err(|e| e.to_string())?;
+    let format = match bias {
+        Some(bias) => standard.with_bias(bias).map_err(|e| e.to_string())?,
+        None => standard,
+    };
     let rounding = if stochastic {
         Rounding::Stochastic { seed }
     } else {

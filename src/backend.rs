@@ -55,10 +55,10 @@ use crate::policy::{IntoPolicy, Policy, PolicyError};
 /// `MixedPrecision<B>` uses `B`'s tensor primitives and device, and hands every op to `B`:
 /// the ops of the compute class after casting their inputs to the compute dtype, the
 /// numerically sensitive ones after casting to f32, the rest as they come (see
-/// [`crate::policy`] and the README's op table). Put it *outside* `Autodiff`
+/// [`crate::policy`] and the [guide's op table](crate::guide::policies)). Put it *outside* `Autodiff`
 /// (`MixedPrecision<Autodiff<B>>`), so the casts are recorded and gradients come back in
 /// their variables' dtype; `Autodiff<MixedPrecision<B>>` also trains, but autodiff then
-/// does not see the casts (see the README).
+/// does not see the casts (see [getting started](crate::guide::getting_started)).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MixedPrecision<B> {
     _inner: PhantomData<B>,
@@ -91,6 +91,19 @@ impl<B: Backend> MixedPrecision<B> {
     }
 
     /// Removes the device's own policy; the global one applies to it again.
+    ///
+    /// ```
+    /// use burn::backend::NdArray;
+    /// use burn_amp::{MixedPrecision, Policy};
+    ///
+    /// let device = Default::default();
+    /// MixedPrecision::<NdArray>::set_policy(&device, "float32")?;
+    /// assert_eq!(MixedPrecision::<NdArray>::policy(&device)?, Policy::float32());
+    /// // NdArray has no f16: the policy is refused, the device's one left as it was.
+    /// assert!(MixedPrecision::<NdArray>::set_policy(&device, "mixed_float16").is_err());
+    /// MixedPrecision::<NdArray>::clear_policy(&device);
+    /// # Ok::<(), burn_amp::PolicyError>(())
+    /// ```
     pub fn clear_policy(device: &B::Device) {
         context::clear_device_policy(device);
     }

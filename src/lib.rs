@@ -33,6 +33,12 @@
 //!   launches, reads back to the host.
 //! - [`probe_backend`]: whether a backend starts here ([`BackendUnavailable`] names what is
 //!   missing: the NVIDIA driver, NVRTC, the CUDA headers, a Vulkan driver).
+//!
+//! The [`guide`] explains all of it in chapters, starting with
+//! [getting started](guide::getting_started).
+//!
+//! ## Features
+#![doc = document_features::document_features!()]
 #![warn(missing_docs)]
 
 pub mod accum;
@@ -42,6 +48,7 @@ mod context;
 pub mod cost;
 mod cpu;
 pub mod fp8;
+pub mod guide;
 mod kernels;
 pub mod loss_scale;
 pub mod optim;
@@ -56,5 +63,5 @@ pub use loss_scale::{
 #[cfg(feature = "train")]
 pub use loss_scale::{LossScaleMetric, SkippedStepsMetric};
 pub use optim::{FusedAdamW, FusedAdamWConfig};
-pub use policy::{IntoPolicy, Policy, PolicyError};
+pub use policy::{IntoPolicy, Kernels, Policy, PolicyError};
 pub use probe::{BackendUnavailable, probe_backend};

@@ -250,12 +250,12 @@ fn bad_input_is_a_typed_error() {
         err.to_string().contains("3 scales given for 1 blocks"),
         "{err}"
     );
-    let err = Fp8Format::new(burn_amp::fp8::Fp8Layout::E4M3, 64).unwrap_err();
+    let err = Fp8Format::E4M3.with_bias(64).unwrap_err();
     assert!(err.to_string().contains("0..=63"), "{err}");
 }
 
-/// The relative RMS round-trip error of each recipe on a heavy-tailed tensor; the README's
-/// table comes from this test's output (`cargo test --test fp8 round_trip -- --nocapture`).
+/// The relative RMS round-trip error of each recipe on a heavy-tailed tensor, printed
+/// (`cargo test --test kernels round_trip -- --nocapture`, as the guide's FP8 chapter says).
 #[test]
 fn round_trip_error_per_recipe_on_a_heavy_tailed_tensor() {
     let (rows, cols) = (512, 512);

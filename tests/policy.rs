@@ -439,3 +439,67 @@ fn readme_first_program_is_the_compiled_example() {
         "README's first rust block differs from examples/readme.rs"
     );
 }
+
+/// The generated sections of README.md and BENCHMARKS.md: each `name:begin` marker names
+/// the command (an example of this repository) that writes it, has its `name:end` after it,
+/// holds something, and the sections the docs point to are all there. A hand edit that
+/// breaks a marker would make the next run of the command append a second copy.
+#[test]
+fn generated_sections_are_well_formed_and_name_their_commands() {
+    let files = [
+        ("README.md", include_str!("../README.md"), &["headline"][..]),
+        (
+            "BENCHMARKS.md",
+            include_str!("../BENCHMARKS.md"),
+            &["bench", "mnist", "gpt-cpu", "accumulation"][..],
+        ),
+    ];
+    for (file, text, expected) in files {
+        let mut found = Vec::new();
+        let mut rest = text;
+        while let Some(at) = rest.find("<!-- ") {
+            rest = &rest[at + 5..];
+            let marker = rest.split("-->").next().unwrap_or_default();
+            if !marker.contains(":begin (written by `") {
+                continue; // an end marker, or another comment
+            }
+            let (name, after) = rest
+                .split_once(":begin (written by `")
+                .expect("the marker holds it");
+            assert!(
+                !name.contains(' ') && !name.ends_with(":end -->"),
+                "{file}: {name}"
+            );
+            let (command, body) = after
+                .split_once("`) -->\n")
+                .unwrap_or_else(|| panic!("{file}: the {name} marker does not close"));
+            let end = format!("<!-- {name}:end -->");
+            let (section, _) = body
+                .split_once(&end)
+                .unwrap_or_else(|| panic!("{file}: {name} has no {end}"));
+            assert!(!section.trim().is_empty(), "{file}: {name} is empty");
+            assert!(
+                !section.contains(":begin (written by"),
+                "{file}: {name} nests"
+            );
+            let example = command
+                .split("--example ")
+                .nth(1)
+                .and_then(|s| s.split_whitespace().next())
+                .unwrap_or_else(|| panic!("{file}: {name}'s command {command:?} runs no example"));
+            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+            assert!(
+                root.join(format!("{example}.rs")).exists()
+                    || root.join(example).join("main.rs").exists(),
+                "{file}: {name} is written by example {example:?}, which does not exist"
+            );
+            found.push(name.to_string());
+        }
+        for name in expected {
+            assert!(
+                found.iter().any(|f| f == name),
+                "{file} lacks section {name}"
+            );
+        }
+    }
+}

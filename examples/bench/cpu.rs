@@ -115,6 +115,9 @@ pub fn rows(quick: bool, runs: usize) -> (Vec<Row>, String, OurSteps) {
 /// against PyTorch's autocast step of it, float32 against float32.
 pub fn torch_rows(ours: &OurSteps, torch: &[crate::pytorch::TorchRow]) -> Vec<Row> {
     let mut rows = Vec::new();
+    // PyTorch's float32 step of a workload is taken from its first (fully timed) invocation
+    // only: a later one-step invocation (the slow f16 path) times float32 once, cold.
+    let mut f32_seen: Vec<&str> = Vec::new();
     for t in torch {
         let find = |policy: &str| {
             ours.iter()
@@ -122,6 +125,9 @@ pub fn torch_rows(ours: &OurSteps, torch: &[crate::pytorch::TorchRow]) -> Vec<Ro
                 .map(|(_, _, ms)| *ms)
         };
         if let Some(mixed) = find(&t.policy) {
+            // Where PyTorch's 16-bit step is several times its float32 step, this CPU has no
+            // dot product for that dtype and PyTorch takes a slow path: beating it is no goal.
+            let slow_path = t.mixed_ms > 3.0 * t.f32_ms;
             rows.push(Row {
                 what: format!(
                     "burn-amp {} step vs PyTorch's autocast step, {}",
@@ -131,11 +137,27 @@ pub fn torch_rows(ours: &OurSteps, torch: &[crate::pytorch::TorchRow]) -> Vec<Ro
                 baseline: format!("PyTorch {:.1} ms", t.mixed_ms),
                 measured: format!("burn-amp (FusedAdamW) {mixed:.1} ms"),
                 ratio: mixed / t.mixed_ms,
-                goal: Goal::AtMost(1.0),
-                note: "same CPU, same run; PyTorch: torch.autocast (+ GradScaler for f16), Adam"
-                    .into(),
+                goal: if slow_path {
+                    Goal::None
+                } else {
+                    Goal::AtMost(1.0)
+                },
+                note: if slow_path {
+                    format!(
+                        "for reference only: PyTorch's {} CPU path here is {:.0}x its float32 step",
+                        t.policy,
+                        t.mixed_ms / t.f32_ms
+                    )
+                } else {
+                    "same CPU, same run; PyTorch: torch.autocast (+ GradScaler for f16), Adam"
+                        .into()
+                },
             });
         }
+        if f32_seen.contains(&t.workload.as_str()) {
+            continue;
+        }
+        f32_seen.push(&t.workload);
         if let Some(f32) = find("float32") {
             rows.push(Row {
                 what: format!(
@@ -151,7 +173,6 @@ pub fn torch_rows(ours: &OurSteps, torch: &[crate::pytorch::TorchRow]) -> Vec<Ro
             });
         }
     }
-    rows.dedup_by(|a, b| a.what == b.what);
     rows
 }
 

@@ -12,6 +12,8 @@ mod kernels;
 mod models;
 mod phases;
 mod report;
+#[path = "../common/section.rs"]
+mod section;
 mod stats;
 mod training;
 
@@ -169,10 +171,28 @@ fn main() {
         }
     }
 
-    let mut table = report::table(&rows, runs, quick, &report::machine());
+    let machine = report::machine();
+    let mut table = report::table(&rows, runs, quick, &machine);
     table.push_str(&extra);
     if let Err(e) = report::write(std::path::Path::new(&out), &table) {
         eprintln!("error: writing {out}: {e}");
+        std::process::exit(2);
+    }
+    // README's headline figures come from the same run (a quick run writes them aside).
+    let readme = if quick {
+        "target/README-quick.md"
+    } else {
+        "README.md"
+    };
+    let headline = report::headline(&rows, &machine);
+    let written = section::write_section(
+        std::path::Path::new(readme),
+        "headline",
+        "cargo run --release --example bench",
+        &headline,
+    );
+    if let Err(e) = written {
+        eprintln!("error: writing {readme}: {e}");
         std::process::exit(2);
     }
     print!("{table}");

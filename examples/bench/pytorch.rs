@@ -82,7 +82,9 @@ pub fn section(quick: bool, python: &str, bf16_dot: bool) -> (String, Vec<TorchR
                     "1",
                 ],
                 "This CPU has no f16 dot-product instructions (avx512_fp16, AMX-FP16), so \
-                 PyTorch's f16 CPU matmuls take a slow path: one timed step of the MLP.\n\n",
+                 PyTorch's f16 CPU matmuls take a slow path: one timed step of the MLP (its \
+                 float32 column is one cold step too; the comparison rows use the float32 \
+                 step of the table above).\n\n",
             ),
         ]
     } else {
@@ -108,8 +110,13 @@ fn run(python: &str, args: &[&str], md: &mut String) -> Vec<TorchRow> {
     let mut cmd = Command::new(python);
     cmd.args(["benches/pytorch_mlp.py", "--device", "cpu"]);
     cmd.args(args);
+    // The interpreter by its file name: where a virtual environment lives is this
+    // machine's business, not the report's.
+    let shown = std::path::Path::new(python)
+        .file_name()
+        .map_or(python.into(), |n| n.to_string_lossy());
     let cmdline = format!(
-        "{python} {}",
+        "{shown} {}",
         cmd.get_args()
             .map(|a| a.to_string_lossy())
             .collect::<Vec<_>>()

@@ -5,8 +5,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-const BEGIN: &str = "<!-- bench:begin (written by `cargo run --release --example bench`) -->";
-const END: &str = "<!-- bench:end -->";
+use crate::section::date;
+pub use crate::section::machine;
 
 /// What a row must show.
 #[derive(Clone, Copy, Debug)]
@@ -36,99 +36,6 @@ impl Row {
             Goal::None => None,
         }
     }
-}
-
-/// The machine a run is on: the CPU model, cores, memory and OS, and the NVIDIA GPUs with
-/// their driver when `nvidia-smi` answers.
-pub fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .next()
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map(|kb| format!("{:.0} GiB", kb / 1024.0 / 1024.0))
-        .unwrap_or_default();
-    let host = format!(
-        "{cpu} ({}), {cores} cores, {mem}; {} {}",
-        cpu_flags(),
-        std::env::consts::OS,
-        std::env::consts::ARCH
-    );
-    let gpus = std::process::Command::new("nvidia-smi")
-        .args(["--query-gpu=name,driver_version", "--format=csv,noheader"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .trim()
-                .replace('\n', "; ")
-        });
-    match gpus {
-        Some(gpus) => format!("GPU {gpus} (name, driver); host {host}"),
-        None => host,
-    }
-}
-
-/// The CPU's 16-bit arithmetic flags, present and absent, as every CPU figure must say.
-pub fn cpu_flags() -> String {
-    let flags: Vec<String> = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("flags")).map(|l| {
-                l.split(':')
-                    .nth(1)
-                    .unwrap_or("")
-                    .split_whitespace()
-                    .map(String::from)
-                    .collect()
-            })
-        })
-        .unwrap_or_default();
-    let wanted = [
-        "avx512_bf16",
-        "avx512_fp16",
-        "amx_bf16",
-        "avx512f",
-        "avx2",
-        "f16c",
-    ];
-    let (have, lacks): (Vec<&str>, Vec<&str>) =
-        wanted.iter().partition(|f| flags.iter().any(|g| g == *f));
-    format!(
-        "has {}; lacks {}",
-        if have.is_empty() {
-            "none of them".into()
-        } else {
-            have.join(", ")
-        },
-        if lacks.is_empty() {
-            "none".into()
-        } else {
-            lacks.join(", ")
-        }
-    )
-}
-
-fn date() -> String {
-    std::process::Command::new("date")
-        .args(["-u", "+%Y-%m-%d"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
 }
 
 /// The generated part: conditions, then one table line per row.
@@ -181,18 +88,44 @@ pub fn table(rows: &[Row], runs: usize, quick: bool, machine: &str) -> String {
     md
 }
 
-/// Puts `table` between the markers of the file at `path`, keeping what is around them; a
-/// file without the markers (or none) is written anew with a title and the markers.
+/// Puts `table` between BENCHMARKS.md's bench markers, keeping what is around them.
 pub fn write(path: &Path, table: &str) -> std::io::Result<()> {
-    let old = std::fs::read_to_string(path).unwrap_or_default();
-    let text = match (old.find(BEGIN), old.find(END)) {
-        (Some(b), Some(e)) if b < e => {
-            format!("{}{BEGIN}\n{table}{}", &old[..b], &old[e..])
+    crate::section::write_section(path, "bench", "cargo run --release --example bench", table)
+}
+
+/// README's headline figures, from this run's rows: `(label, row title prefix)`. A row
+/// missing from the run (a section skipped with `--only`) is left out.
+const HEADLINES: [(&str, &str); 4] = [
+    (
+        "`mixed_bfloat16` training step vs `float32`, MLP 784-4096-4096-10, batch 128, Flex, `FusedAdamW`",
+        "mixed_bfloat16 vs float32, both with FusedAdamW: step time, MLP 784-4096-4096-10, batch 128",
+    ),
+    (
+        "the same `mixed_bfloat16` step vs PyTorch's bf16 autocast step (fused Adam), same CPU",
+        "burn-amp mixed_bfloat16 step vs PyTorch's autocast step, MLP 784-4096-4096-10, batch 128",
+    ),
+    (
+        "`mixed_bfloat16` step vs PyTorch's bf16 autocast step, Transformer encoder d=256 x4, seq 128, batch 16",
+        "burn-amp mixed_bfloat16 step vs PyTorch's autocast step, Transformer encoder",
+    ),
+    (
+        "decorator overhead: `MixedPrecision` under `float32` vs the bare backend, training step",
+        "Decorator overhead: training step, MLP 784-4096-4096-10",
+    ),
+];
+
+/// The headline block README shows: a few ratios of this run, with the machine and date.
+pub fn headline(rows: &[Row], machine: &str) -> String {
+    let mut md = String::new();
+    for (label, prefix) in HEADLINES {
+        if let Some(r) = rows.iter().find(|r| r.what.starts_with(prefix)) {
+            let _ = writeln!(
+                md,
+                "- {label}: **{:.2}x** ({} against {})",
+                r.ratio, r.measured, r.baseline
+            );
         }
-        _ => format!("# Benchmarks\n\n{BEGIN}\n{table}{END}\n"),
-    };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(path, text)
+    let _ = writeln!(md, "\nMeasured {} on {machine}.", date());
+    md
 }

@@ -23,6 +23,8 @@ mod learner;
 mod model;
 mod progress;
 mod run;
+#[path = "../common/section.rs"]
+mod section;
 
 use std::path::PathBuf;
 
@@ -40,7 +42,7 @@ const USAGE: &str = "\
 usage: gpt [--policy NAME | --compare] [--backend flex|wgpu|cuda|ndarray] [--preset cpu|gpu|tiny]
            [--steps N] [--batch-size N] [--lr X] [--seed N] [--eval-every N] [--learner]
            [--checkpoint-every N] [--checkpoint-dir DIR] [--resume] [--stop-after N]
-           [--data FILE] [--plot FILE] [--sample-len N] [--cost]
+           [--data FILE] [--plot FILE] [--out FILE] [--sample-len N] [--cost]
 
   --policy            a dtype policy: float32, mixed_bfloat16 (default), mixed_float16,
                       float8_from_mixed_bfloat16, \"float8_from_mixed_bfloat16\" with fp8=blockwise
@@ -59,6 +61,8 @@ usage: gpt [--policy NAME | --compare] [--backend flex|wgpu|cuda|ndarray] [--pre
   --stop-after        stop after N steps, as if killed (to try --resume)
   --data              the text (default examples/data/tinyshakespeare/input.txt)
   --plot              where --compare draws (default target/gpt/compare.png)
+  --out               the Markdown file --compare writes its table into, between the
+                      markers gpt-<preset> (default BENCHMARKS.md)
   --sample-len        bytes of text generated at the end (default 300)
   --cost              count what each training step costs (burn_amp::cost): print the last
                       step's table (ops by class and dtype, casts and their bytes, FP8
@@ -70,9 +74,25 @@ struct Cli {
     compare: bool,
     plot: PathBuf,
     checkpoint_dir: Option<PathBuf>,
+    preset: String,
+    /// Where `--compare` writes its table (between the `gpt-<preset>` markers).
+    out: PathBuf,
+    /// The command line, as the table's markers name it.
+    command: String,
 }
 
 fn parse(args: impl Iterator<Item = String>) -> Result<Cli, String> {
+    let args: Vec<String> = args.collect();
+    let command = format!(
+        "cargo run --release{} --example gpt -- {}",
+        if cfg!(feature = "cuda") {
+            " --features cuda"
+        } else {
+            ""
+        },
+        args.join(" ")
+    );
+    let mut out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("BENCHMARKS.md");
     let mut options = Options::default();
     let mut cli_train: Vec<(String, String)> = Vec::new();
     let mut preset = "cpu".to_string();
@@ -80,7 +100,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Cli, String> {
     let mut compare = false;
     let mut plot = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/gpt/compare.png");
     let mut checkpoint_dir = None;
-    let mut args = args.peekable();
+    let mut args = args.into_iter().peekable();
     while let Some(flag) = args.next() {
         let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
         match flag.as_str() {
@@ -88,6 +108,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Cli, String> {
                 options.policy = value("--policy")?.parse().map_err(|e| format!("{e}"))?
             }
             "--compare" => compare = true,
+            "--out" => out = PathBuf::from(value("--out")?),
             "--backend" => backend = value("--backend")?.parse()?,
             "--preset" => preset = value("--preset")?,
             "--steps" | "--batch-size" | "--lr" | "--eval-every" => {
@@ -133,6 +154,9 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Cli, String> {
         compare,
         plot,
         checkpoint_dir,
+        preset,
+        out,
+        command,
     })
 }
 
@@ -223,10 +247,25 @@ fn train<B: AutodiffBackend>(cli: &Cli) -> Result<(), String> {
         .collect();
     std::fs::write(&md, format!("{table}{samples}"))
         .map_err(|e| format!("{}: {e}", md.display()))?;
+    let section_md = format!(
+        "{title}; {:?}, each policy in turn in one run, the same seed and batches. Measured {} \
+         on {}.\n\n{table}",
+        cli.backend,
+        section::date(),
+        section::machine()
+    );
+    section::write_section(
+        &cli.out,
+        &format!("gpt-{}", cli.preset),
+        &cli.command,
+        &section_md,
+    )
+    .map_err(|e| format!("{}: {e}", cli.out.display()))?;
     println!(
-        "plot: {}\ntable and samples: {}",
+        "plot: {}\ntable and samples: {}\ntable written to {}",
         cli.plot.display(),
-        md.display()
+        md.display(),
+        cli.out.display()
     );
     Ok(())
 }

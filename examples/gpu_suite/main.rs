@@ -32,6 +32,9 @@ mod phases;
 #[path = "../bench/report.rs"]
 #[allow(dead_code)]
 mod report;
+#[path = "../common/section.rs"]
+#[allow(dead_code)]
+mod section;
 #[path = "../bench/stats.rs"]
 mod stats;
 #[path = "../bench/training.rs"]

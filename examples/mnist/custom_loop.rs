@@ -22,13 +22,13 @@ pub fn train<B: AutodiffBackend>(
     options: &Options,
     train: &[Digit],
     test: &[Digit],
-) -> f64 {
+) -> EpochLine {
     type M<B> = MixedPrecision<B>;
     let mut model = KerasMlp::<M<B>>::new(device);
     let mut optim =
         LossScaleOptimizer::new(FusedAdamWConfig::adam().init::<M<B>, KerasMlp<M<B>>>());
 
-    let mut accuracy = 0.0;
+    let mut last_line = None;
     for epoch in 1..=options.epochs {
         let start = Instant::now();
         let mut progress = Progress::new();
@@ -89,13 +89,13 @@ pub fn train<B: AutodiffBackend>(
             progress.update(epoch, seen, train.len(), None);
         }
         let loss = loss_sum.into_scalar().elem::<f64>() / seen as f64;
-        accuracy = test_accuracy::<<M<B> as AutodiffBackend>::InnerBackend>(
+        let accuracy = test_accuracy::<<M<B> as AutodiffBackend>::InnerBackend>(
             &model.valid(),
             test,
             options.batch_size,
             device,
         );
-        EpochLine {
+        let line = EpochLine {
             epoch,
             epochs: options.epochs,
             loss,
@@ -107,9 +107,10 @@ pub fn train<B: AutodiffBackend>(
                 .then(|| optim.loss_scale()),
             skipped: optim.skipped_steps(),
             seconds: start.elapsed().as_secs_f64(),
-        }
-        .print();
+        };
+        line.print();
+        last_line = Some(line);
         let _ = <M<B> as Backend>::sync(device);
     }
-    accuracy
+    last_line.expect("at least one epoch")
 }

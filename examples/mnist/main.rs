@@ -6,12 +6,14 @@
 //! cargo run --release --example mnist -- --policy mixed_bfloat16 --learner
 //! cargo run --release --example mnist -- --backend wgpu --epochs 2
 //! cargo run --release --example mnist -- --policy float8_from_mixed_bfloat16 --numerics
+//! cargo run --release --example mnist -- --compare      # three policies -> BENCHMARKS.md
 //! ```
 //!
 //! The last line printed is `test_accuracy=<value>`.
 
 #[path = "../common/cli.rs"]
 mod cli;
+mod compare;
 mod custom_loop;
 mod data;
 mod learner;
@@ -19,6 +21,8 @@ mod model;
 mod numerics;
 mod report;
 mod run;
+#[path = "../common/section.rs"]
+mod section;
 
 use std::path::PathBuf;
 
@@ -31,6 +35,7 @@ const USAGE: &str = "\
 usage: mnist [--policy NAME] [--backend flex|wgpu|cuda|ndarray] [--epochs N]
              [--batch-size N] [--lr X] [--seed N] [--learner | --custom-loop] [--data DIR]
              [--train-size N] [--numerics [--numerics-png FILE]] [--cost]
+             [--compare [--out FILE]]
 
   --policy      a dtype policy: float32, mixed_float16 (default), mixed_bfloat16,
                 float8_from_mixed_bfloat16, float8_from_mixed_float16, ...
@@ -45,10 +50,20 @@ usage: mnist [--policy NAME] [--backend flex|wgpu|cuda|ndarray] [--epochs N]
                 (amax, underflow and saturation per matmul site) and draw its histogram
   --numerics-png  where the histogram goes (default target/mnist-fp8-numerics.png)
   --cost        print what the last training step cost: ops by class and dtype, casts and
-                their bytes, FP8 launches, reads back to the host (burn_amp::cost)";
+                their bytes, FP8 launches, reads back to the host (burn_amp::cost)
+  --compare     train float32, mixed_float16 and mixed_bfloat16 in turn (custom loop) and
+                write their table into BENCHMARKS.md (--out another file)";
 
-fn parse(args: impl Iterator<Item = String>) -> Result<(Options, BackendKind), String> {
+/// What the command line asks for: one run, or `--compare` writing its table to a file.
+struct Parsed {
+    options: Options,
+    backend: BackendKind,
+    compare: Option<PathBuf>,
+}
+
+fn parse(args: impl Iterator<Item = String>) -> Result<Parsed, String> {
     let mut options = Options::default();
+    let (mut compare, mut out) = (false, None);
     let mut backend = BackendKind::Flex;
     let mut args = args.peekable();
     while let Some(flag) = args.next() {
@@ -69,6 +84,8 @@ fn parse(args: impl Iterator<Item = String>) -> Result<(Options, BackendKind), S
             }
             "--numerics-png" => options.numerics = Some(PathBuf::from(value("--numerics-png")?)),
             "--cost" => options.cost = true,
+            "--compare" => compare = true,
+            "--out" => out = Some(PathBuf::from(value("--out")?)),
             "--learner" => options.mode = Mode::Learner,
             "--custom-loop" => options.mode = Mode::CustomLoop,
             "--help" | "-h" => return Err(String::new()),
@@ -86,7 +103,20 @@ fn parse(args: impl Iterator<Item = String>) -> Result<(Options, BackendKind), S
     if !(options.lr.is_finite() && options.lr > 0.0) {
         return Err("--lr must be a positive number".into());
     }
-    Ok((options, backend))
+    if compare && (options.mode == Mode::Learner || options.numerics.is_some() || options.cost) {
+        return Err("--compare runs the custom loop; drop --learner, --numerics and --cost".into());
+    }
+    if out.is_some() && !compare {
+        return Err("--out is where --compare writes its table".into());
+    }
+    let compare = compare.then(|| {
+        out.unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("BENCHMARKS.md"))
+    });
+    Ok(Parsed {
+        options,
+        backend,
+        compare,
+    })
 }
 
 fn default_numerics_png() -> PathBuf {
@@ -94,15 +124,24 @@ fn default_numerics_png() -> PathBuf {
 }
 
 impl Job for Options {
-    type Output = f64;
+    type Output = run::Outcome;
 
-    fn run<B: AutodiffBackend>(&self) -> Result<f64, String> {
+    fn run<B: AutodiffBackend>(&self) -> Result<run::Outcome, String> {
         run::run::<B>(Default::default(), self)
     }
 }
 
 fn main() {
-    let (options, backend) = cli::parsed_or_exit(parse(std::env::args().skip(1)), USAGE);
-    let accuracy = cli::succeeded_or_exit(backend.run(&options));
-    println!("test_accuracy={accuracy:.4}");
+    let parsed = cli::parsed_or_exit(parse(std::env::args().skip(1)), USAGE);
+    if let Some(path) = parsed.compare {
+        let job = compare::Compare {
+            options: parsed.options,
+            backend: format!("{:?}", parsed.backend),
+        };
+        let table = cli::succeeded_or_exit(parsed.backend.run(&job));
+        cli::succeeded_or_exit(compare::publish(&table, &path));
+        return;
+    }
+    let outcome = cli::succeeded_or_exit(parsed.backend.run(&parsed.options));
+    println!("test_accuracy={:.4}", outcome.accuracy);
 }

@@ -3,7 +3,6 @@
 
 use std::path::Path;
 
-use burn_amp::fp8::training::{HISTOGRAM_MAX_EXPONENT, HISTOGRAM_MIN_EXPONENT};
 use burn_amp::fp8::{Fp8Numerics, Fp8Role};
 use plotters::prelude::*;
 
@@ -34,8 +33,8 @@ fn plot(report: &Fp8Numerics, path: &Path) -> Result<(), Box<dyn std::error::Err
         ("sans-serif", 22),
     )?;
     let panels = root.split_evenly((3, 1));
-    let lo = HISTOGRAM_MIN_EXPONENT as f64;
-    let hi = HISTOGRAM_MAX_EXPONENT as f64 + 1.0;
+    let lo = Fp8Numerics::HISTOGRAM_MIN_EXPONENT as f64;
+    let hi = Fp8Numerics::HISTOGRAM_MAX_EXPONENT as f64 + 1.0;
     for (role, area) in Fp8Role::ALL.iter().zip(panels.iter()) {
         let counts = report.histogram(*role);
         let total = counts.iter().sum::<u64>().max(1) as f64;

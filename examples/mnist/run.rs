@@ -51,6 +51,19 @@ impl Default for Options {
     }
 }
 
+/// What a run ends with.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub accuracy: f64,
+    /// The last epoch's time (the custom loop's; the Learner keeps its own).
+    pub last_epoch_seconds: Option<f64>,
+    /// The whole run, data loading included.
+    pub seconds: f64,
+    /// The loss scale at the end, under policies that scale the loss.
+    pub loss_scale: Option<f32>,
+    pub skipped: u64,
+}
+
 /// The share of `test` digits the model classifies right.
 pub fn test_accuracy<B: Backend>(
     model: &KerasMlp<B>,
@@ -65,8 +78,10 @@ pub fn test_accuracy<B: Backend>(
     correct as f64 / test.len() as f64
 }
 
-/// Trains the Keras model on backend `B` under `options.policy`; returns the test accuracy.
-pub fn run<B: AutodiffBackend>(device: B::Device, options: &Options) -> Result<f64, String> {
+/// Trains the Keras model on backend `B` under `options.policy`; returns the test accuracy
+/// with the run's times and loss-scale state.
+pub fn run<B: AutodiffBackend>(device: B::Device, options: &Options) -> Result<Outcome, String> {
+    let start = std::time::Instant::now();
     // The policy, checked against the device: a typed error when the backend cannot run it.
     MixedPrecision::<B>::set_policy(&device, options.policy).map_err(|e| e.to_string())?;
     <MixedPrecision<B> as Backend>::seed(&device, options.seed);
@@ -83,10 +98,26 @@ pub fn run<B: AutodiffBackend>(device: B::Device, options: &Options) -> Result<f
         train.len(),
         test.len()
     );
-    let accuracy = match options.mode {
-        Mode::CustomLoop => custom_loop::train::<B>(&device, options, train, test),
-        Mode::Learner => learner::train::<B>(&device, options, train, test),
+    let mut outcome = match options.mode {
+        Mode::CustomLoop => {
+            let last = custom_loop::train::<B>(&device, options, train, test);
+            Outcome {
+                accuracy: last.test_accuracy,
+                last_epoch_seconds: Some(last.seconds),
+                seconds: 0.0,
+                loss_scale: last.loss_scale,
+                skipped: last.skipped,
+            }
+        }
+        Mode::Learner => Outcome {
+            accuracy: learner::train::<B>(&device, options, train, test),
+            last_epoch_seconds: None,
+            seconds: 0.0,
+            loss_scale: None,
+            skipped: 0,
+        },
     };
+    outcome.seconds = start.elapsed().as_secs_f64();
     MixedPrecision::<B>::clear_policy(&device);
-    Ok(accuracy)
+    Ok(outcome)
 }

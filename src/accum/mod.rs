@@ -88,6 +88,21 @@ pub fn blocked_sum<B: AccumBackend>(
 
 /// The dot product of `x` and `y` (products in f32, summed as `config` says); `[1]`.
 ///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::tensor::Tensor;
+/// use burn_amp::accum::{AccumConfig, Accumulator, blocked_dot};
+///
+/// let device = Default::default();
+/// let x = Tensor::<Flex, 1>::ones([4096], &device);
+/// // A naive f16 running sum stalls at 2048 (1 is half an f16 ulp there); chunks do not.
+/// let naive = blocked_dot(x.clone(), x.clone(), AccumConfig::naive(Accumulator::F16))?;
+/// let chunked = blocked_dot(x.clone(), x, AccumConfig::chunked(Accumulator::F16, 64))?;
+/// assert_eq!(naive.into_scalar(), 2048.0);
+/// assert_eq!(chunked.into_scalar(), 4096.0);
+/// # Ok::<(), burn_amp::accum::AccumError>(())
+/// ```
+///
 /// # Errors
 /// [`AccumError::Shape`] for vectors of different lengths, and as [`blocked_sum`].
 pub fn blocked_dot<B: AccumBackend>(

@@ -94,6 +94,17 @@ pub trait Collective<R: Backend>: Send + Sync {
 }
 
 /// One replica: every reduction returns its input.
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::tensor::{Tensor, TensorData};
+/// use burn_amp::collective::{Collective, SingleReplica};
+///
+/// let x = Tensor::<Flex, 1>::from_data(TensorData::from([1.0f32, 2.0]), &Default::default());
+/// let sum = SingleReplica.all_reduce_sum(x.clone())?;
+/// assert_eq!(sum.into_data(), x.into_data());
+/// # Ok::<(), burn_amp::collective::CollectiveError>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SingleReplica;
 
@@ -128,7 +139,7 @@ impl<R: Backend> Collective<R> for SingleReplica {
 ///
 /// # Errors
 /// As [`Collective::all_reduce_sum`].
-pub fn all_reduce_sum_all<R: Backend>(
+pub(crate) fn all_reduce_sum_all<R: Backend>(
     collective: &dyn Collective<R>,
     tensors: Vec<Tensor<R, 1>>,
 ) -> Result<Vec<Tensor<R, 1>>, CollectiveError> {

@@ -75,6 +75,17 @@ impl TcpCollective {
     /// it; the others connect, retrying until it listens). Returns once every replica
     /// joined, or after `timeout`.
     ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use burn_amp::collective::TcpCollective;
+    ///
+    /// // In each of two processes, with its own rank (0 or 1):
+    /// let rank = std::env::var("RANK")?.parse()?;
+    /// let group = TcpCollective::join(rank, 2, "127.0.0.1:29500".parse()?, Duration::from_secs(60))?;
+    /// assert_eq!((group.rank(), group.world_size()), (rank, 2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
     /// [`CollectiveError::InvalidConfig`] for a rank outside `0..world`;
     /// [`CollectiveError::Timeout`] when the group is not complete in time;

@@ -232,6 +232,20 @@ thread_local! {
 
 /// Runs `f` and counts what it costs (see the module's documentation). Recordings nest:
 /// the inner one counts its part, the outer one all of it.
+///
+/// ```
+/// use burn::backend::Flex;
+/// use burn::tensor::{DType, Tensor};
+/// use burn_amp::cost::{self, OpClass};
+/// use burn_amp::{MixedPrecision, Policy, with_policy};
+///
+/// type B = MixedPrecision<Flex>;
+/// let x = Tensor::<B, 2>::ones([8, 8], &Default::default());
+/// let (y, cost) = cost::record(|| with_policy(Policy::mixed_bfloat16(), || x.clone().matmul(x)));
+/// assert_eq!(y.dtype(), DType::BF16);
+/// assert_eq!(cost.ops_in(OpClass::Compute), 1);
+/// println!("{cost}"); // Markdown tables: ops, casts, FP8 launches, reads
+/// ```
 pub fn record<R>(f: impl FnOnce() -> R) -> (R, StepCost) {
     /// Puts the outer recording back (with this one's counts added) even if `f` panics.
     struct Restore(Option<StepCost>);

@@ -15,10 +15,16 @@ mod tensor;
 pub mod training;
 
 pub use backend::Fp8Backend;
+/// The bit layout under an [`Fp8Format`] (which adds the exponent bias): build formats with
+/// [`Fp8Format::E4M3`], [`Fp8Format::E5M2`] and [`Fp8Format::with_bias`] instead.
+#[doc(hidden)]
+pub use burn_amp_kernels::fp8::Fp8Layout;
 pub use burn_amp_kernels::fp8::launch::BlockLayout;
 pub use burn_amp_kernels::fp8::scale::ScaleRule;
-pub use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format, Fp8Layout, Overflow, Rounding};
-pub use delayed::{AmaxCompute, DelayedScaling, DelayedScalingItem};
+pub use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format, Overflow, Rounding};
+#[doc(hidden)]
+pub use delayed::DelayedScalingItem;
+pub use delayed::{AmaxCompute, DelayedScaling};
 pub use error::Fp8Error;
 pub use recipe::Fp8Recipe;
 pub use tensor::Fp8Tensor;

@@ -49,6 +49,21 @@ impl<B: Fp8Backend, const D: usize> Fp8Tensor<B, D> {
     /// Quantizes `tensor` to FP8 by `cast` (format, rounding, overflow), with the scales of
     /// `recipe` computed from the tensor itself (current scaling).
     ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn::tensor::{Tensor, TensorData};
+    /// use burn_amp::fp8::{Fp8Cast, Fp8Format, Fp8Recipe, Fp8Tensor};
+    ///
+    /// let device = Default::default();
+    /// let x = Tensor::<Flex, 1>::from_data(TensorData::from([0.5f32, -3.0, 448.0, 1e-9]), &device);
+    /// let q = Fp8Tensor::quantize(x, Fp8Cast::new(Fp8Format::E4M3), Fp8Recipe::Unscaled)?;
+    /// // 0.5, -3 and 448 are E4M3 values; 1e-9 is below its smallest subnormal.
+    /// assert_eq!(q.to_bytes(), vec![0x30, 0xC4, 0x7E, 0x00]);
+    /// let back = Fp8Tensor::<Flex, 1>::from_bytes(&q.to_bytes(), [4], Fp8Format::E4M3, &device)?;
+    /// assert_eq!(back.dequantize().into_data().to_vec::<f32>().unwrap(), [0.5, -3.0, 448.0, 0.0]);
+    /// # Ok::<(), burn_amp::fp8::Fp8Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Fp8Error`] for an f64 or integer tensor, more than 2^32 - 1 elements, or an empty
     /// block in `recipe`.

@@ -58,6 +58,18 @@ pub struct MinScaleStep {
 
 impl LossScaleConfig {
     /// A fixed scale: never grows or shrinks; steps with non-finite gradients are skipped.
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::Linear;
+    /// use burn::optim::AdamConfig;
+    /// use burn_amp::{LossScaleConfig, MixedPrecision};
+    ///
+    /// type B = MixedPrecision<Autodiff<Flex>>;
+    /// let optim = LossScaleConfig::fixed(128.0).init(AdamConfig::new().init::<B, Linear<B>>())?;
+    /// assert_eq!(optim.loss_scale(), 128.0);
+    /// # Ok::<(), burn_amp::LossScaleError>(())
+    /// ```
     pub fn fixed(scale: f32) -> Self {
         Self::new()
             .with_initial_scale(scale)

@@ -21,7 +21,9 @@ pub use config::{LossScaleConfig, MinScaleStep};
 #[cfg(feature = "train")]
 pub use metric::{LossScaleMetric, SkippedStepsMetric};
 pub use optimizer::LossScaleOptimizer;
-pub use record::{LossScaleOptimizerItem, LossScaleOptimizerRecord};
+#[doc(hidden)]
+pub use record::LossScaleOptimizerItem;
+pub use record::LossScaleOptimizerRecord;
 pub use state::LossScale;
 
 /// Why a loss-scale setting was refused.
@@ -58,6 +60,9 @@ pub enum LossScaleError {
         /// The device, as `Debug` prints it.
         device: String,
     },
+    /// The inner [`FusedAdamW`](crate::FusedAdamW)'s loaded record does not fit the model.
+    #[error("optimizer record: {0}")]
+    Record(#[from] crate::optim::RecordError),
     /// A data-parallel step's collective failed (a peer gone or too slow, replicas whose
     /// state differs).
     #[error("data-parallel step failed: {0}")]

@@ -102,6 +102,19 @@ impl<O> LossScaleOptimizer<O> {
     /// Wraps `inner` with dynamic loss scaling (Keras' defaults), in automatic mode, bound
     /// as the default loss scale (see [which backward passes it
     /// scales](Self#which-backward-passes-an-automatic-optimizer-scales)).
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::Linear;
+    /// use burn::optim::AdamConfig;
+    /// use burn_amp::{LossScaleOptimizer, MixedPrecision};
+    ///
+    /// type B = MixedPrecision<Autodiff<Flex>>;
+    /// let optim = LossScaleOptimizer::new(AdamConfig::new().init::<B, Linear<B>>());
+    /// assert_eq!(optim.loss_scale(), 32768.0); // 2^15, Keras' initial scale
+    /// assert_eq!((optim.skipped_steps(), optim.total_steps()), (0, 0));
+    /// assert!(!optim.is_manual());
+    /// ```
     pub fn new(inner: O) -> Self {
         let optim = Self::build(inner, LossScaleConfig::new(), false);
         if let Some(binding) = &optim.binding {
@@ -365,8 +378,30 @@ impl<O> LossScaleOptimizer<O> {
     /// with the step: the replicas cannot agree on it any more, so end the run (and resume
     /// every replica from the last checkpoint).
     ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::optim::{GradientsParams, SgdConfig};
+    /// use burn::tensor::Tensor;
+    /// use burn_amp::{LossScaleConfig, MixedPrecision};
+    ///
+    /// type B = MixedPrecision<Autodiff<Flex>>;
+    /// let device = Default::default();
+    /// let model: Linear<B> = LinearConfig::new(4, 2).init(&device);
+    /// let mut optim = LossScaleConfig::new().init_manual(SgdConfig::new().init())?;
+    /// let loss = model.forward(Tensor::<B, 2>::ones([3, 4], &device)).mean();
+    /// let grads = GradientsParams::from_grads(optim.scale_loss(loss).backward(), &model);
+    /// let grads = optim.unscale_grads(grads, &model);
+    /// let model = optim.try_step(0.1, model, grads)?;
+    /// assert_eq!(optim.total_steps(), 1);
+    /// # let _ = model;
+    /// # Ok::<(), burn_amp::LossScaleError>(())
+    /// ```
+    ///
     /// # Errors
-    /// [`LossScaleError::Collective`] with the collective's error.
+    /// [`LossScaleError::Collective`] with the collective's error;
+    /// [`LossScaleError::Record`] when a loaded [`FusedAdamW`](crate::FusedAdamW) record is
+    /// not this model's.
     pub fn try_step<B, M>(
         &mut self,
         lr: LearningRate,
@@ -421,7 +456,7 @@ impl<O> LossScaleOptimizer<O> {
                 let grads = compressed(grads, &module);
                 let module = match as_fused::<O, M, MixedPrecision<B>>(&mut self.inner) {
                     // The skip is decided on the device: nothing is read back.
-                    Some(fused) => fused.run(lr, module, grads.into(), Some(found.clone())),
+                    Some(fused) => fused.run(lr, module, grads.into(), Some(found.clone()))?,
                     None => {
                         if self.finite_on_host::<Inner<B>>(&found, &slots) {
                             self.inner.step(lr, module, grads)
@@ -495,7 +530,9 @@ impl<O> LossScaleOptimizer<O> {
                 };
                 let grads = compress_all(grads);
                 let module = match as_fused::<O, M, MixedPrecision<B>>(&mut self.inner) {
-                    Some(fused) => fused.run(lr, module, grads.into(), Some(found.clone())),
+                    Some(fused) => fused
+                        .run(lr, module, grads.into(), Some(found.clone()))
+                        .unwrap_or_else(|err| panic!("{err}")),
                     None => {
                         if self.finite_on_host::<Inner<B>>(&found, &slots) {
                             self.inner.step_multi(lr, module, grads)
@@ -625,6 +662,22 @@ impl<O> LossScaleOptimizer<O> {
 impl LossScaleConfig {
     /// Wraps `inner` with these settings, in automatic mode, bound as the default loss
     /// scale (see [`LossScaleOptimizer`]).
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::Linear;
+    /// use burn::optim::AdamConfig;
+    /// use burn_amp::{LossScaleConfig, LossScaleError, MixedPrecision};
+    ///
+    /// type B = MixedPrecision<Autodiff<Flex>>;
+    /// let adam = || AdamConfig::new().init::<B, Linear<B>>();
+    /// let optim = LossScaleConfig::new().with_initial_scale(1024.0).init(adam())?;
+    /// assert_eq!(optim.loss_scale(), 1024.0);
+    /// // A growth factor below 1 would shrink the scale when it should grow: refused.
+    /// let err = LossScaleConfig::new().with_growth_factor(0.5).init(adam()).err().unwrap();
+    /// assert!(matches!(err, LossScaleError::InvalidConfig { .. }));
+    /// # Ok::<(), LossScaleError>(())
+    /// ```
     ///
     /// # Errors
     /// [`LossScaleError::InvalidConfig`] when a number is out of range.

@@ -16,6 +16,7 @@ use burn_tensor::ops::{FloatTensor, FloatTensorOps};
 use burn_tensor::{FloatDType, TensorMetadata};
 
 use super::kernels;
+use super::paths;
 use super::record::{self, RecordError};
 use super::state::{ParamState, step_count};
 use crate::cpu::AdamwState;
@@ -65,11 +66,23 @@ impl FusedAdamWConfig {
         FusedAdamW {
             config: self.clone(),
             states: HashMap::new(),
+            loaded: false,
             _module: PhantomData,
         }
     }
 
     /// Adam: these settings without weight decay.
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::Linear;
+    /// use burn_amp::FusedAdamWConfig;
+    ///
+    /// type B = Autodiff<Flex>;
+    /// let config = FusedAdamWConfig::adam().with_epsilon(1e-8);
+    /// assert!(format!("{config:?}").contains("weight_decay: 0.0"));
+    /// let adam = config.init::<B, Linear<B>>();
+    /// ```
     pub fn adam() -> Self {
         Self::new().with_weight_decay(0.0)
     }
@@ -112,6 +125,9 @@ impl FusedAdamWConfig {
 pub struct FusedAdamW<M, B: AutodiffBackend> {
     config: FusedAdamWConfig,
     pub(super) states: HashMap<ParamId, ParamState<B::InnerBackend>>,
+    /// States loaded from a record and not yet checked against the module's parameters
+    /// (the first step after loading does it, since loading does not see the module).
+    loaded: bool,
     _module: PhantomData<M>,
 }
 
@@ -120,6 +136,7 @@ impl<M, B: AutodiffBackend> Clone for FusedAdamW<M, B> {
         Self {
             config: self.config.clone(),
             states: self.states.clone(),
+            loaded: self.loaded,
             _module: PhantomData,
         }
     }
@@ -137,13 +154,20 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> FusedAdamW<M, B> {
     /// tensor: the step's count of non-finite gradient values, on the first device), a
     /// step with `found > 0` leaves every parameter and moment as it was, decided on the
     /// device.
+    ///
+    /// # Errors
+    /// [`RecordError::NotThisModel`] at the first step after a record was loaded whose
+    /// moments do not have their parameter's shape (nothing is changed then).
     pub(crate) fn run(
         &mut self,
         lr: LearningRate,
         module: M,
         grads: GradAdaptor,
         found: Option<FloatTensor<B::InnerBackend>>,
-    ) -> M {
+    ) -> Result<M, RecordError> {
+        if self.loaded {
+            self.check_loaded(&module)?;
+        }
         let step = self.config.step(lr);
         let mut mapper = Mapper::<B> {
             states: &mut self.states,
@@ -152,7 +176,28 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> FusedAdamW<M, B> {
             found,
             clipping: self.config.grad_clipping.as_ref().map(|c| c.init()),
         };
-        module.map(&mut mapper)
+        Ok(module.map(&mut mapper))
+    }
+
+    /// The loaded states against `module`'s parameters: each moment of its parameter's shape.
+    fn check_loaded(&mut self, module: &M) -> Result<(), RecordError> {
+        // States keyed to no parameter of this module stay unused, as Burn's do.
+        for (id, place) in paths::param_places::<M, B>(module) {
+            let Some(state) = self.states.get(&id) else {
+                continue;
+            };
+            let found = state.state.m.shape().as_slice().to_vec();
+            if found != place.shape {
+                return Err(RecordError::NotThisModel {
+                    param: place.path,
+                    id: id.to_string(),
+                    expected: place.shape,
+                    found,
+                });
+            }
+        }
+        self.loaded = false;
+        Ok(())
     }
 
     /// Loads a record after checking it: every state's step count at least 1, moments of
@@ -169,6 +214,7 @@ impl<M: AutodiffModule<B>, B: AutodiffBackend> FusedAdamW<M, B> {
             states.insert(id, record::from_burn::<B>(id, rec)?);
         }
         self.states = states;
+        self.loaded = true;
         Ok(())
     }
 }
@@ -258,12 +304,17 @@ where
 {
     type Record = HashMap<ParamId, AdaptorRecord<AdamW, B>>;
 
+    /// # Panics
+    /// With [`RecordError::NotThisModel`]'s message at the first step after loading a
+    /// record that is not this model's.
     fn step(&mut self, lr: LearningRate, module: M, grads: GradientsParams) -> M {
         self.run(lr, module, grads.into(), None)
+            .unwrap_or_else(|err| panic!("{err}"))
     }
 
     fn step_multi(&mut self, lr: LearningRate, module: M, grads: MultiGradientsParams) -> M {
         self.run(lr, module, grads.into(), None)
+            .unwrap_or_else(|err| panic!("{err}"))
     }
 
     /// Burn's `AdamW` record (reads each parameter's step count back from its device).

@@ -14,6 +14,7 @@
 mod adamw;
 mod kernels;
 pub(crate) use kernels::{AdamwKernel, kernel_takes};
+mod paths;
 mod record;
 mod state;
 

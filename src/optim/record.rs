@@ -50,6 +50,23 @@ pub enum RecordError {
         /// What was found.
         what: &'static str,
     },
+    /// A loaded state whose moments cannot belong to the parameter they are keyed to: the
+    /// record is another model's. Found at the first step after loading, which sees the
+    /// module.
+    #[error(
+        "the AdamW state loaded for parameter `{param}` (id {id}) has moments of shape \
+         {found:?}, but the parameter's shape is {expected:?}: the record is not this model's"
+    )]
+    NotThisModel {
+        /// The parameter's module path, e.g. `fc1.weight`.
+        param: String,
+        /// The parameter's id.
+        id: String,
+        /// The parameter's shape.
+        expected: Vec<usize>,
+        /// The loaded moments' shape.
+        found: Vec<usize>,
+    },
     /// A parameter of rank 0 (Burn's modules have none).
     #[error("the AdamW state of parameter {param} has rank 0")]
     RankZero {

@@ -299,3 +299,45 @@ fn a_record_reloaded_under_bfloat16_keeps_its_step_count() {
         assert!(saved == per_param_bytes(reloaded.to_record()));
     });
 }
+
+/// A record whose moments are keyed to this model's parameters but have other shapes (the
+/// record of another model) is refused at the first step, naming the parameter's module
+/// path, before anything is changed.
+#[test]
+fn a_record_of_another_model_is_refused_at_the_first_step_naming_the_parameter() {
+    let device = Default::default();
+    type B = Autodiff<Flex>;
+    let other = Mlp::<B>::new(8, 16, 4, &device);
+    let mut trained = FusedAdamWConfig::new().init::<B, Mlp<B>>();
+    let _ = train(other.clone(), &mut trained, 0..1, &device);
+    let model = Mlp::<B>::new(8, 32, 4, &device);
+    // The other model's states, keyed to this model's parameters in visit order.
+    let theirs = burn::module::list_param_ids(&other);
+    let ours = burn::module::list_param_ids(&model);
+    let mut record = trained.to_record();
+    let remapped = theirs
+        .iter()
+        .zip(&ours)
+        .map(|(t, o)| (*o, record.remove(t).expect("a state per parameter")))
+        .collect();
+    let mut fused = FusedAdamWConfig::new().init::<B, Mlp<B>>();
+    fused
+        .try_load_record(remapped)
+        .expect("consistent in itself");
+    let (x, y) = teacher_batch::<B>(0, 16, 8, 4, &device);
+    let loss = CrossEntropyLossConfig::new()
+        .init(&device)
+        .forward(model.forward(x), y);
+    let grads = GradientsParams::from_grads(loss.backward(), &model);
+    let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        fused.step(1e-3, model.clone(), grads)
+    }));
+    let message = *step
+        .expect_err("a record of another model must not be stepped with")
+        .downcast::<String>()
+        .expect("a formatted panic message");
+    assert!(
+        message.contains("`fc1.weight`") && message.contains("not this model's"),
+        "{message}"
+    );
+}

@@ -14,8 +14,8 @@ use burn_amp::{FusedAdamWConfig, LossScaleConfig, LossScaleOptimizer, MixedPreci
 use super::common::{Mlp, teacher_batch, values};
 use super::serial;
 
-/// Keras' names, the FP8 names, and the spec strings README shows.
-const POLICIES: [&str; 13] = [
+/// Keras' names, the FP8 names, and the spec strings README and the guide show.
+const POLICIES: [&str; 16] = [
     "float32",
     "float16",
     "bfloat16",
@@ -28,6 +28,9 @@ const POLICIES: [&str; 13] = [
     "params=float32,compute=bfloat16,output=float32,kernels=backend",
     "params=float32,compute=bfloat16,output=float32,fp8=delayed",
     "params=float32,compute=bfloat16,output=float32,fp8=tensor,format=auto",
+    "params=float32,compute=bfloat16,output=float32,fp8=blockwise",
+    "params=float32,compute=bfloat16,output=float32,fp8=bias",
+    "params=float32,compute=float16,output=float32,fp8=tensor,grads=aps",
     "params=float32,compute=float16,output=float32,fp8=delayed",
 ];
 

@@ -137,6 +137,22 @@ impl Fp8Format {
         }
     }
 
+    /// The same bit layout with exponent bias `bias` (HFP8, Tesla CFloat8).
+    ///
+    /// ```
+    /// use burn_amp_kernels::fp8::Fp8Format;
+    ///
+    /// let wide = Fp8Format::E4M3.with_bias(3).unwrap();
+    /// assert_eq!(wide.max(), 448.0 * 16.0); // 448 * 2^(7 - 3)
+    /// assert!(Fp8Format::E5M2.with_bias(64).is_err());
+    /// ```
+    ///
+    /// # Errors
+    /// [`InvalidBias`] outside `0..=63`.
+    pub fn with_bias(self, bias: i32) -> Result<Self, InvalidBias> {
+        Self::new(self.layout, bias)
+    }
+
     /// The bit layout.
     pub const fn layout(self) -> Fp8Layout {
         self.layout

@@ -66,10 +66,7 @@ pub(crate) use device::finite_or_zero;
 pub(crate) use history::lane_of;
 pub use history::{Fp8History, Fp8HistoryRecord, LaneRecord, RoleRecord, SiteRecord};
 pub(crate) use numerics::Observer;
-pub use numerics::{
-    FORMATS, Fp8Numerics, HISTOGRAM_MAX_EXPONENT, HISTOGRAM_MIN_EXPONENT, RoleNumerics,
-    SiteNumerics,
-};
+pub use numerics::{Fp8Numerics, RoleNumerics, SiteNumerics};
 pub use registry::register;
 pub use rules::{AUTO_FORMAT_TOLERANCE, aps_scale, choose_format};
 pub use scaling::{

@@ -30,13 +30,13 @@ thread_local! {
 }
 
 /// The two FP8 formats, in report order.
-pub const FORMATS: [Fp8Format; 2] = [Fp8Format::E4M3, Fp8Format::E5M2];
+pub(crate) const FORMATS: [Fp8Format; 2] = [Fp8Format::E4M3, Fp8Format::E5M2];
 
 /// The lowest exponent bin of [`Fp8Numerics`]' histograms: `floor(log2 |scaled value|)`
 /// below it is counted in this bin.
-pub const HISTOGRAM_MIN_EXPONENT: i32 = -32;
+pub(crate) const HISTOGRAM_MIN_EXPONENT: i32 = -32;
 /// The highest exponent bin (E5M2's largest value is below `2^16`).
-pub const HISTOGRAM_MAX_EXPONENT: i32 = 16;
+pub(crate) const HISTOGRAM_MAX_EXPONENT: i32 = 16;
 
 #[derive(Default)]
 struct Recorder {
@@ -203,14 +203,14 @@ pub struct RoleNumerics {
     pub zeros: u64,
     /// Infinities and NaNs (they stay non-finite).
     pub non_finite: u64,
-    /// Nonzero finite values that round to zero, in E4M3 and in E5M2 (see [`FORMATS`]),
+    /// Nonzero finite values that round to zero, in E4M3 and in E5M2 (E4M3 first),
     /// each with that format's scale from the policy's recipe.
     pub underflow: [u64; 2],
     /// Values that round past the format's largest value after scaling (saturate, or
     /// overflow under the OCP rule), in E4M3 and in E5M2.
     pub saturated: [u64; 2],
     /// How many nonzero values have `floor(log2 |x * scale|) = e` in the role's own format,
-    /// for `e` from [`HISTOGRAM_MIN_EXPONENT`] to [`HISTOGRAM_MAX_EXPONENT`] (the ends also
+    /// for `e` from [`Fp8Numerics::HISTOGRAM_MIN_EXPONENT`] to [`Fp8Numerics::HISTOGRAM_MAX_EXPONENT`] (the ends also
     /// count everything beyond them).
     pub histogram: Vec<u64>,
     /// How many of the recorded tensors were rounded to E4M3 and to E5M2 (under
@@ -331,12 +331,39 @@ pub struct Fp8Numerics {
 }
 
 impl Fp8Numerics {
+    /// The histogram's first bin: `log2 |x * scale|` at or below this exponent.
+    pub const HISTOGRAM_MIN_EXPONENT: i32 = HISTOGRAM_MIN_EXPONENT;
+    /// The histogram's last bin: `log2 |x * scale|` at or above this exponent.
+    pub const HISTOGRAM_MAX_EXPONENT: i32 = HISTOGRAM_MAX_EXPONENT;
+
     /// Runs `f` (a training step or several) while recording every FP8 site whose forward
     /// op runs on this thread, and returns its result with the report. Its gradient is
     /// recorded too, wherever the backward pass runs. Sites are numbered in call order
     /// within a step (a step ends when a gradient has been recorded), so a layer keeps its
     /// number across steps and its figures are summed. A `record` inside another one
     /// records into the inner report only.
+    ///
+    /// ```
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::{Linear, LinearConfig};
+    /// use burn::tensor::Tensor;
+    /// use burn_amp::fp8::{Fp8Numerics, Fp8Role};
+    /// use burn_amp::{MixedPrecision, Policy, with_policy};
+    ///
+    /// type B = MixedPrecision<Autodiff<Flex>>;
+    /// let device = Default::default();
+    /// let layer: Linear<B> = LinearConfig::new(16, 4).init(&device);
+    /// let x = Tensor::<B, 2>::ones([2, 16], &device);
+    /// let ((), report) = Fp8Numerics::record(|| {
+    ///     with_policy(Policy::float8_from_mixed_bfloat16(), || {
+    ///         let _ = layer.forward(x).sum().backward();
+    ///     })
+    /// });
+    /// assert_eq!(report.sites().len(), 1); // the linear
+    /// let input = &report.sites()[0].roles[&Fp8Role::Input];
+    /// assert_eq!(input.zero_fraction(), 0.0); // ones: nothing is zero
+    /// println!("{report}"); // per site and role: amax, underflow and saturation in E4M3/E5M2
+    /// ```
     pub fn record<R>(f: impl FnOnce() -> R) -> (R, Self) {
         struct Restore(Option<Observer>);
         impl Drop for Restore {
