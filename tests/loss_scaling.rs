@@ -76,8 +76,8 @@ fn per_param_bytes<R: burn::record::Record<Fx>>(
 }
 
 /// One real backward pass of the MLP (marks the scale as used), then gradients from it.
-fn grads_of(model: &Mlp<Fx>, device: &FxDevice) -> GradientsParams {
-    let (x, y) = teacher_batch::<Fx>(0, 16, 8, 4, device);
+fn grads_of<B: AutodiffBackend>(model: &Mlp<B>, device: &B::Device) -> GradientsParams {
+    let (x, y) = teacher_batch::<B>(0, 16, 8, 4, device);
     let loss = CrossEntropyLossConfig::new()
         .init(device)
         .forward(model.forward(x), y);

@@ -13,6 +13,16 @@ fn nvrtc() -> Nvrtc {
     })
 }
 
+/// The failure's source excerpt marks (`>`) a line holding `needle`: the line NVRTC named.
+fn assert_marks_line(excerpt: &str, needle: &str) {
+    assert!(
+        excerpt
+            .lines()
+            .any(|line| line.starts_with('>') && line.contains(needle)),
+        "no marked line holds {needle:?}:\n{excerpt}"
+    );
+}
+
 #[test]
 fn every_instantiation_generates_cuda_source_on_every_architecture() {
     let instantiations = catalog::instantiations().len();
@@ -104,14 +114,7 @@ fn a_broken_kernel_is_reported_with_nvrtcs_message_and_its_source_line() {
         failure.log
     );
     assert!(failure.log.contains("error"), "{}", failure.log);
-    assert!(
-        failure
-            .excerpt
-            .lines()
-            .any(|line| line.starts_with('>') && line.contains("undeclared_intrinsic_for_the_test")),
-        "{}",
-        failure.excerpt
-    );
+    assert_marks_line(&failure.excerpt, "undeclared_intrinsic_for_the_test");
     let details = report.failure_details();
     assert!(
         details.contains("fp8::copy") && details.contains("undeclared_intrinsic"),
@@ -219,12 +222,5 @@ fn a_kernel_cubecl_miscompiles_fails_the_check_with_nvrtcs_message() {
         .compile(source, CudaTarget::SM80)
         .expect_err("NVRTC rejects the reinterpret of a constant");
     assert!(failure.log.contains("lvalue"), "{}", failure.log);
-    assert!(
-        failure
-            .excerpt
-            .lines()
-            .any(|line| line.starts_with('>') && line.contains("reinterpret_cast")),
-        "{}",
-        failure.excerpt
-    );
+    assert_marks_line(&failure.excerpt, "reinterpret_cast");
 }
