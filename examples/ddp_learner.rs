@@ -1,7 +1,9 @@
 //! Burn's distributed data parallel strategy (`ExecutionStrategy::ddp`, burn-train's `ddp`)
 //! over `MixedPrecision<Autodiff<Cuda>>`: one thread and one replica per GPU, gradients
-//! all-reduced by Autodiff during `backward`, then each replica's `LossScaleOptimizer` checks
-//! the same reduced gradients and takes the same skip decision.
+//! all-reduced by Autodiff during `backward`, then each replica's clone of the
+//! `LossScaleOptimizer` (its own scale and counters) checks the same reduced gradients and
+//! takes the same skip decision; FP8 amax histories are MAX-reduced over the replicas
+//! through a `DdpCollective` (Burn's all-reduce).
 //!
 //! ```sh
 //! cargo run --release --features cuda,ddp --example ddp_learner   # every CUDA device
@@ -9,9 +11,7 @@
 //!
 //! Needs two or more NVIDIA GPUs to mean anything (one GPU trains as a single device). CI
 //! only compiles it (`cargo check --features cuda,ddp --example ddp_learner`): no machine
-//! here has two GPUs. Known gap: the replicas' clones of the optimizer share its host-side
-//! counters, so `total_steps`/`skipped_steps` count every replica's step (the scale itself
-//! is per device and moves identically on each).
+//! here has two GPUs.
 
 use burn::backend::{Autodiff, Cuda};
 use burn::data::dataloader::DataLoaderBuilder;
@@ -29,6 +29,7 @@ use burn::train::{
     ClassificationOutput, ExecutionStrategy, InferenceStep, Learner, SupervisedTraining,
     TrainOutput, TrainStep,
 };
+use burn_amp::collective::DdpCollective;
 use burn_amp::{LossScaleMetric, LossScaleOptimizer, MixedPrecision, SkippedStepsMetric};
 
 type B = MixedPrecision<Autodiff<Cuda>>;
@@ -142,7 +143,9 @@ fn main() {
     let valid = DataLoaderBuilder::<MixedPrecision<Cuda>, _, _>::new(ItemBatcher)
         .batch_size(256)
         .build(InMemDataset::new(items(2_048, 2)));
-    let optim = LossScaleOptimizer::new(AdamWConfig::new().init::<B, Classifier<B>>());
+    // Each replica's clone owns its scale; the handle reports the first replica's.
+    let optim = LossScaleOptimizer::new(AdamWConfig::new().init::<B, Classifier<B>>())
+        .with_amax_collective::<Cuda>(std::sync::Arc::new(DdpCollective::new(&devices)));
     let handle = optim.handle();
     let strategy = ExecutionStrategy::<B>::ddp(
         devices.clone(),
@@ -159,7 +162,7 @@ fn main() {
         .num_epochs(2)
         .launch(Learner::new(Classifier::<B>::new(&devices[0]), optim, 1e-3));
     println!(
-        "loss scale {}, {} of {} steps skipped (counted over every replica)",
+        "loss scale {}, {} of {} steps skipped (replica 0's count)",
         handle.scale(),
         handle.skipped_steps(),
         handle.total_steps()

@@ -41,8 +41,8 @@ pack() {
     root="$(cd "$here/.." && pwd)"
     dir="${dir:-$root/target/gpu-suite}"
     local built="$root/target/$([ "$profile" = dev ] && echo debug || echo "$profile")/examples/gpu_suite"
-    echo "gpu-suite: building gpu_suite (--profile $profile --features cuda)"
-    (cd "$root" && cargo build --profile "$profile" --features cuda --example gpu_suite)
+    echo "gpu-suite: building gpu_suite (--profile $profile --features cuda,nccl)"
+    (cd "$root" && cargo build --profile "$profile" --features cuda,nccl --example gpu_suite)
     mkdir -p "$dir"
     rm -f "$dir/gpu_suite" "$dir/gpu_suite.xz"
     cp "$built" "$dir/gpu_suite"
@@ -65,10 +65,10 @@ pack() {
     total=$(du -sb "$dir" | cut -f1)
     {
         echo "burn-amp GPU suite, packed $(date -u +%Y-%m-%dT%H:%MZ) from commit $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-        echo "profile: $profile; features: cuda (and the default wgpu)"
+        echo "profile: $profile; features: cuda, nccl (and the default wgpu)"
         echo "binary: $(stat -c %s "$built") bytes built, $stripped stripped, $(stat -c %s "$dir/gpu_suite.xz") with xz -6"
         echo "links against (NEEDED): $(echo $needed)"
-        echo "loaded at run time: libcuda.so.1 (NVIDIA driver), libnvrtc.so (CUDA toolkit) and the CUDA headers (CUDA_PATH), libvulkan.so.1 (wgpu)"
+        echo "loaded at run time: libcuda.so.1 (NVIDIA driver), libnvrtc.so (CUDA toolkit) and the CUDA headers (CUDA_PATH), libvulkan.so.1 (wgpu), libnccl.so.2 (NCCL: the nvidia-nccl wheel PyTorch brings is found)"
         echo "folder: $total bytes (limit $limit_mib MiB)"
     } >"$dir/MANIFEST.txt"
     cat "$dir/MANIFEST.txt"
@@ -120,6 +120,16 @@ run() {
     [ "$missing" -eq 0 ] || die "CUDA runtime pieces are missing (above); nothing was run"
     if [ -n "${CUDA_PATH:-}" ]; then
         export LD_LIBRARY_PATH="$CUDA_PATH/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+    # NCCL: the system's, else the nvidia-nccl wheel PyTorch installs.
+    if ! find_lib libnccl.so.2; then
+        local nccl_dir
+        nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
+        if [ -n "$nccl_dir" ] && [ -f "$nccl_dir/libnccl.so.2" ]; then
+            export LD_LIBRARY_PATH="$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        else
+            echo "gpu-suite: no libnccl.so.2 (system or pip nvidia-nccl): the NCCL checks will FAIL naming it" >&2
+        fi
     fi
     command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
     local bin

@@ -22,13 +22,28 @@ if ! has_vulkan_driver; then
     $sudo apt-get install -y -qq --no-install-recommends mesa-vulkan-drivers >/dev/null
 fi
 
+# The data-parallel tests run replicas under `mpirun`, and the `mpi` feature builds against
+# an MPI library (bindgen reads its headers with libclang). Open MPI is installed where no
+# MPI is found (Debian/Ubuntu packages).
+if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null; then
+    echo "test.sh: no MPI found; installing Open MPI (openmpi-bin libopenmpi-dev libclang-dev)"
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev \
+        libclang-dev >/dev/null
+fi
+# Containers lack the kernel's cross-memory attach Open MPI's shared memory uses by default.
+export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
+
 # wgpu warns when XDG_RUNTIME_DIR is unset; any writable directory will do.
 if [ -z "${XDG_RUNTIME_DIR:-}" ]; then
     export XDG_RUNTIME_DIR="${TMPDIR:-/tmp}/burn-amp-xdg"
     mkdir -p "$XDG_RUNTIME_DIR"
 fi
 
-features="slow-tests,ndarray"
+features="slow-tests,ndarray,mpi"
 cargo test --workspace --all-targets --features "$features" "$@"
 # Which CPU kernels the tests above held to their references on this machine (the AVX-512
 # BF16 one only where the CPU has it): the same build, one test, its line printed.

@@ -22,6 +22,7 @@ mod reads;
 #[path = "loss_scaling/records.rs"]
 mod records;
 #[path = "loss_scaling/replicas.rs"]
+#[cfg(feature = "mpi")]
 mod replicas;
 
 use std::sync::{Mutex, MutexGuard};

@@ -21,6 +21,8 @@ mod fp8;
 #[path = "../bench/kernels.rs"]
 mod kernels;
 mod matmul;
+#[cfg(feature = "nccl")]
+mod nccl;
 mod reads;
 // Shared with the bench, which uses more of them.
 #[path = "../bench/models.rs"]
@@ -209,6 +211,12 @@ fn main() {
                 let mut kernels = Checks::new(&name);
                 cuda_kernels::check(&mut kernels, &name, &mut kernels_md);
                 all.push(kernels);
+                #[cfg(feature = "nccl")]
+                {
+                    let mut collective = Checks::new(&name);
+                    nccl::check(&mut collective);
+                    all.push(collective);
+                }
                 if !options.checks_only {
                     speed::<Cuda, cubecl::cuda::CudaRuntime>(
                         &name,

@@ -36,6 +36,14 @@ pub enum CollectiveError {
     /// A setting that cannot work (a rank outside the world, a world of 0).
     #[error("invalid collective setting: {0}")]
     InvalidConfig(String),
+    /// The engine itself failed or is missing (its library not found, a GPU error).
+    #[error("{engine}: {message}")]
+    Engine {
+        /// The engine (`NCCL`, `MPI`).
+        engine: &'static str,
+        /// What it said, and what to do where known.
+        message: String,
+    },
     /// The replicas' state differs in shape where it must match.
     #[error("replicas disagree: {0}")]
     Mismatch(String),

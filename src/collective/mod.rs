@@ -7,9 +7,13 @@
 //! that: the sum of a small f32 vector over the replicas (the maximum is derived from it,
 //! see [`Collective::all_reduce_max`]). Implementations:
 //!
-//! - [`TcpCollective`]: replicas in separate processes (on one machine or several) meeting
-//!   over TCP around replica 0, every wait bounded in time, so a replica that dies or hangs
-//!   gives the others a [`CollectiveError`] instead of a silent hang.
+//! - `MpiCollective` (feature `mpi`): replicas as the processes of an MPI job (`mpirun`,
+//!   `srun`), on one machine or a cluster, every wait bounded in time, so a replica that
+//!   hangs gives the others a [`CollectiveError`] instead of a silent hang.
+//! - `DdpCollective` (feature `ddp`): the replicas of Burn's own DDP strategy, one per
+//!   device in one process, on Burn's all-reduce.
+//! - `NcclCollective` (feature `nccl`): processes that each own a GPU, reducing the CUDA
+//!   backend's device buffers with NCCL (the NCCL id sent over MPI or any rendezvous).
 //! - [`SingleReplica`]: one replica, every reduction the identity (tests, and code that
 //!   runs with or without data parallelism).
 //!
@@ -33,11 +37,21 @@
 //! # Ok::<(), burn_amp::collective::CollectiveError>(())
 //! ```
 
+#[cfg(feature = "ddp")]
+mod ddp;
 mod error;
-mod tcp;
+#[cfg(feature = "mpi")]
+mod mpi;
+#[cfg(feature = "nccl")]
+mod nccl;
 
+#[cfg(feature = "mpi")]
+pub use self::mpi::MpiCollective;
+#[cfg(feature = "ddp")]
+pub use ddp::DdpCollective;
 pub use error::CollectiveError;
-pub use tcp::TcpCollective;
+#[cfg(feature = "nccl")]
+pub use nccl::{NcclCollective, NcclId};
 
 use burn_tensor::backend::Backend;
 use burn_tensor::{DType, FloatDType, Tensor};
@@ -63,8 +77,7 @@ pub trait Collective<R: Backend>: Send + Sync {
 
     /// The element-wise maximum over the replicas of a 1-D f32 tensor.
     ///
-    /// Engines with only sum and mean (burn-collective, Burn's `DistributedBackend`, the
-    /// TCP group) get it as a gather: each replica writes its values into its own row of a zero matrix
+    /// Engines with only sum and mean (Burn's `DistributedBackend`) get it, by default, as a gather: each replica writes its values into its own row of a zero matrix
     /// `[world, n]`, the matrices are summed (each entry is one replica's value plus zeros:
     /// exact, infinities and NaN included) and the rows' maximum taken on the device. The
     /// traffic is `world` times the vector's, for the few scalars this carries.
@@ -72,25 +85,37 @@ pub trait Collective<R: Backend>: Send + Sync {
     /// # Errors
     /// As [`all_reduce_sum`](Self::all_reduce_sum).
     fn all_reduce_max(&self, tensor: Tensor<R, 1>) -> Result<Tensor<R, 1>, CollectiveError> {
-        let world = self.world_size();
-        if world == 1 {
-            return Ok(tensor);
-        }
-        let n = tensor.dims()[0];
-        let device = tensor.device();
-        let tensor = tensor.cast(FloatDType::F32);
-        let rows: Vec<Tensor<R, 1>> = (0..world)
-            .map(|r| {
-                if r == self.rank() {
-                    tensor.clone()
-                } else {
-                    Tensor::zeros([n], (&device, DType::F32))
-                }
-            })
-            .collect();
-        let gathered = self.all_reduce_sum(Tensor::cat(rows, 0))?;
-        Ok(gathered.reshape([world, n]).max_dim(0).reshape([n]))
+        max_by_gather(tensor, self.rank(), self.world_size(), |t| {
+            self.all_reduce_sum(t)
+        })
     }
+}
+
+/// The maximum over `world` replicas as the exact gather over a sum (`sum`), this replica
+/// writing row `rank`: see [`Collective::all_reduce_max`].
+pub(crate) fn max_by_gather<R: Backend>(
+    tensor: Tensor<R, 1>,
+    rank: usize,
+    world: usize,
+    sum: impl FnOnce(Tensor<R, 1>) -> Result<Tensor<R, 1>, CollectiveError>,
+) -> Result<Tensor<R, 1>, CollectiveError> {
+    if world == 1 {
+        return Ok(tensor);
+    }
+    let n = tensor.dims()[0];
+    let device = tensor.device();
+    let tensor = tensor.cast(FloatDType::F32);
+    let rows: Vec<Tensor<R, 1>> = (0..world)
+        .map(|r| {
+            if r == rank {
+                tensor.clone()
+            } else {
+                Tensor::zeros([n], (&device, DType::F32))
+            }
+        })
+        .collect();
+    let gathered = sum(Tensor::cat(rows, 0))?;
+    Ok(gathered.reshape([world, n]).max_dim(0).reshape([n]))
 }
 
 /// One replica: every reduction returns its input.

@@ -50,6 +50,9 @@ pub(crate) trait ScaleSource: Send + Sync {
 
     /// Where stateful FP8 scalings keep their state for the devices this source is bound to.
     fn fp8_history(&self) -> Fp8History;
+
+    /// The concrete source, for the optimizer that takes a device over from it.
+    fn as_any(&self) -> &dyn Any;
 }
 
 /// A loss-scale binding; it ends when its owner (the optimizer and its clones) is dropped.
@@ -62,7 +65,10 @@ pub(crate) struct Bindings {
     /// Policies whose dtypes were checked against a backend (its `TypeId`) and device, with
     /// the result.
     pub checked: HashMap<(TypeId, DeviceKey, Policy), Result<(), PolicyError>>,
-    pub device_scales: HashMap<DeviceKey, ScaleBinding>,
+    /// Each device's automatic optimizers, the one in force last: a replica's clone that
+    /// took the device over is pushed over the optimizer it was cloned from, which takes
+    /// the device back when the clone is dropped.
+    pub device_scales: HashMap<DeviceKey, Vec<ScaleBinding>>,
     /// Automatic optimizers bound to no device, oldest first.
     pub default_scales: Vec<ScaleBinding>,
 }
@@ -84,7 +90,11 @@ impl Bindings {
     /// The loss scale a backward pass on `device` applies: the device's own binding, else
     /// the most recently bound default one; bindings whose owner is gone do not count.
     pub fn scale_for(&self, device: &DeviceKey) -> Option<Arc<dyn ScaleSource>> {
-        if let Some(source) = self.device_scales.get(device).and_then(Weak::upgrade) {
+        if let Some(source) = self
+            .device_scales
+            .get(device)
+            .and_then(|stack| stack.iter().rev().find_map(Weak::upgrade))
+        {
             return Some(source);
         }
         self.default_scales.iter().rev().find_map(Weak::upgrade)
@@ -92,7 +102,10 @@ impl Bindings {
 
     /// Forgets bindings whose owner is gone.
     pub fn prune(&mut self) {
-        self.device_scales.retain(|_, s| s.strong_count() > 0);
+        self.device_scales.retain(|_, stack| {
+            stack.retain(|s| s.strong_count() > 0);
+            !stack.is_empty()
+        });
         self.default_scales.retain(|s| s.strong_count() > 0);
     }
 }

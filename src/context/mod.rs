@@ -24,8 +24,7 @@ use std::sync::{Arc, Weak};
 use burn_tensor::backend::{Backend, DeviceOps};
 use burn_tensor::{DType, FloatDType};
 
-use bindings::device_key;
-pub(crate) use bindings::{DeviceKey, DeviceSlot, DeviceState, ScaleSource};
+pub(crate) use bindings::{DeviceKey, DeviceSlot, DeviceState, ScaleSource, device_key};
 pub use scope::with_policy;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -270,9 +269,28 @@ pub(crate) fn bind_scale_to_devices<D: DeviceOps + 'static>(
     for device in devices {
         bindings
             .device_scales
-            .insert(device_key(device), Arc::downgrade(source));
+            .insert(device_key(device), vec![Arc::downgrade(source)]);
     }
     Ok(())
+}
+
+/// Binds `device` to `source`, replacing whatever bound it (a data-parallel replica's clone
+/// taking its device over from the optimizer it was cloned from); returns the source that
+/// backward passes on `device` applied until now, if another.
+pub(crate) fn take_over_device<D: DeviceOps + 'static>(
+    source: &Arc<dyn ScaleSource>,
+    device: &D,
+) -> Option<Arc<dyn ScaleSource>> {
+    let mut bindings = bindings::write();
+    bindings.prune();
+    let key = device_key(device);
+    let previous = bindings.scale_for(&key);
+    bindings
+        .device_scales
+        .entry(key)
+        .or_default()
+        .push(Arc::downgrade(source));
+    previous.filter(|p| !Arc::ptr_eq(p, source))
 }
 
 /// Binds `source` as the default loss scale: backward passes on devices without a scale of

@@ -65,6 +65,11 @@ pub enum LossScaleError {
     Record(#[from] crate::optim::RecordError),
     /// A data-parallel step's collective failed (a peer gone or too slow, replicas whose
     /// state differs).
-    #[error("data-parallel step failed: {0}")]
-    Collective(#[from] crate::collective::CollectiveError),
+    #[error("data-parallel step {step} failed: {source}")]
+    Collective {
+        /// The step that failed, counted from 1 (the optimizer's `total_steps() + 1`).
+        step: u64,
+        /// What the collective said.
+        source: crate::collective::CollectiveError,
+    },
 }

@@ -5,14 +5,11 @@ use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Tensor, TensorPrimitive};
-use burn_tensor::ops::{FloatTensor, FloatTensorOps};
+use burn_tensor::ops::FloatTensor;
 
 use std::sync::Arc;
 
-use burn_tensor::backend::DeviceOps;
-
-use super::compress::compress;
-use super::grads::{all_finite, nonfinite_count, unscale};
+use super::grads::unscale;
 use super::replicas::{self, Replicas};
 use super::state::{Binding, LossScale, Pending};
 use super::{LossScaleConfig, LossScaleError, LossScaleOptimizerRecord};
@@ -22,7 +19,13 @@ use crate::collective::Collective;
 use crate::context::{self, DeviceSlot, ScaleSource};
 use crate::cost;
 use crate::fp8::GradientCompression;
-use crate::optim::as_fused;
+
+mod fork;
+mod init;
+mod load;
+mod step;
+
+use step::StepGrads;
 
 /// Wraps a Burn optimizer with loss scaling, for training under `mixed_float16`.
 ///
@@ -84,13 +87,26 @@ use crate::optim::as_fused;
 ///
 /// Under a policy that needs no scaling the bound optimizer is asked nothing and the loss is
 /// not scaled. Manual mode binds nothing.
-#[derive(Clone)]
+///
+/// # Clones: one per data-parallel replica
+///
+/// A clone owns its scale, counters and FP8 state (copied from the original's at the time):
+/// Burn's DDP strategy clones the optimizer once per device, and each replica must move its
+/// own scale once per step. An automatic clone of a default-bound optimizer is bound as a
+/// default too; at its first step, a clone takes over the binding of the device its module
+/// is on (with the state the backward passes on that device made so far), so from then on
+/// backward passes there apply the clone's scale. A [`handle`](Self::handle) taken from
+/// the original keeps following the original.
 pub struct LossScaleOptimizer<O> {
     inner: O,
     scale: LossScale,
     /// The binding backward passes find this optimizer's scale through; `None` in manual
-    /// mode. Shared by clones: the binding ends when the last one is dropped.
+    /// mode. It ends when the optimizer is dropped.
     binding: Option<Arc<dyn ScaleSource>>,
+    /// Bound as a default (`new`, `LossScaleConfig::init`), not to devices.
+    default_bound: bool,
+    /// A clone that has not yet taken over its module's device.
+    claims_device: bool,
     unscaled: bool,
     /// Whether the "scale not applied" warning was given (once per optimizer).
     warned: bool,
@@ -116,9 +132,10 @@ impl<O> LossScaleOptimizer<O> {
     /// assert!(!optim.is_manual());
     /// ```
     pub fn new(inner: O) -> Self {
-        let optim = Self::build(inner, LossScaleConfig::new(), false);
+        let mut optim = Self::build(inner, LossScaleConfig::new(), false);
         if let Some(binding) = &optim.binding {
             context::bind_default_scale(binding);
+            optim.default_bound = true;
         }
         optim
     }
@@ -133,6 +150,8 @@ impl<O> LossScaleOptimizer<O> {
             inner,
             scale,
             binding,
+            default_bound: false,
+            claims_device: false,
             unscaled: false,
             warned: false,
             replicas: None,
@@ -164,7 +183,7 @@ impl<O> LossScaleOptimizer<O> {
     /// let device = Default::default();
     /// with_policy(Policy::mixed_float16(), || {
     ///     let model: Linear<B> = LinearConfig::new(4, 2).init(&device);
-    ///     // TcpCollective::join(rank, world, root, timeout) in a real run.
+    ///     // MpiCollective::world(timeout) (feature mpi) in a real run, under mpirun.
     ///     let mut optim = LossScaleConfig::new()
     ///         .init_manual(AdamConfig::new().init())?
     ///         .with_collective::<Flex>(Arc::new(SingleReplica));
@@ -179,7 +198,30 @@ impl<O> LossScaleOptimizer<O> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn with_collective<R: Backend>(mut self, collective: Arc<dyn Collective<R>>) -> Self {
-        self.replicas = Some(Replicas::new(collective));
+        self.replicas = Some(Replicas::new(collective, true));
+        self
+    }
+
+    /// For replicas whose gradients the engine reduces itself (Burn's DDP strategy, during
+    /// `backward`): each step reduces only the FP8 amax histories over `collective` (MAX),
+    /// so every replica quantizes with the same delayed scales. Give it a
+    /// `DdpCollective` (feature `ddp`) over the devices of `ExecutionStrategy::ddp`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use burn::backend::{Autodiff, Flex};
+    /// use burn::nn::Linear;
+    /// use burn::optim::AdamConfig;
+    /// use burn_amp::collective::SingleReplica;
+    /// use burn_amp::{LossScaleOptimizer, MixedPrecision};
+    ///
+    /// type B = MixedPrecision<Autodiff<Flex>>;
+    /// let optim = LossScaleOptimizer::new(AdamConfig::new().init::<B, Linear<B>>())
+    ///     .with_amax_collective::<Flex>(Arc::new(SingleReplica));
+    /// # drop(optim);
+    /// ```
+    pub fn with_amax_collective<R: Backend>(mut self, collective: Arc<dyn Collective<R>>) -> Self {
+        self.replicas = Some(Replicas::new(collective, false));
         self
     }
 
@@ -206,8 +248,10 @@ impl<O> LossScaleOptimizer<O> {
     }
 
     /// A handle on the scale and its counters, e.g. for [`LossScaleMetric`](crate::LossScaleMetric).
+    /// Once the optimizer is cloned for data-parallel replicas (Burn's DDP), the handle
+    /// reports the first live replica's, since those are the ones that step.
     pub fn handle(&self) -> LossScale {
-        self.scale.clone()
+        self.scale.following()
     }
 
     /// The wrapped optimizer.
@@ -413,62 +457,28 @@ impl<O> LossScaleOptimizer<O> {
         M: AutodiffModule<MixedPrecision<B>>,
         O: Optimizer<M, MixedPrecision<B>>,
     {
+        if self.claims_device {
+            self.take_over_device::<MixedPrecision<B>, M>(&module);
+        }
         let mut grads = self.unscale_grads::<MixedPrecision<B>, M>(grads, &module);
         // Across replicas the gradients arrive compressed and averaged.
         let mut compress = true;
         if let Some(replicas) = &self.replicas {
-            let collective = replicas.get::<Inner<B>>()?;
-            grads = replicas::reduce::<B, M>(grads, &module, compression(&module), &**collective)?;
+            let step = self.scale.total_steps() + 1;
+            let failed = |source| LossScaleError::Collective { step, source };
+            let collective = replicas.get::<Inner<B>>().map_err(failed)?;
+            if replicas.gradients {
+                grads =
+                    replicas::reduce::<B, M>(grads, &module, compression(&module), &**collective)
+                        .map_err(failed)?;
+                compress = false;
+            }
             self.scale
                 .fp8_history()
-                .all_reduce_amax::<Inner<B>>(&**collective)?;
-            compress = false;
+                .all_reduce_amax::<Inner<B>>(&**collective)
+                .map_err(failed)?;
         }
-        let compressed = |grads: GradientsParams, module: &M| {
-            if compress {
-                compressed::<B, M>(grads, module)
-            } else {
-                grads
-            }
-        };
-        Ok(match self.pending() {
-            Pending::NotNeeded => {
-                self.scale.lock().total_steps += 1;
-                let grads = compressed(grads, &module);
-                self.inner.step(lr, module, grads)
-            }
-            _ if self.is_manual() => {
-                let finite = all_finite::<B, M>(&grads, &module);
-                if self.admit_manual(finite) {
-                    let grads = compressed(grads, &module);
-                    self.inner.step(lr, module, grads)
-                } else {
-                    module
-                }
-            }
-            _ => {
-                let slots = self.slots();
-                let Some(found) = nonfinite_count::<B, M>(&grads, &module) else {
-                    // No gradient to apply.
-                    self.scale.lock().total_steps += 1;
-                    return Ok(self.inner.step(lr, module, grads));
-                };
-                let grads = compressed(grads, &module);
-                let module = match as_fused::<O, M, MixedPrecision<B>>(&mut self.inner) {
-                    // The skip is decided on the device: nothing is read back.
-                    Some(fused) => fused.run(lr, module, grads.into(), Some(found.clone()))?,
-                    None => {
-                        if self.finite_on_host::<Inner<B>>(&found, &slots) {
-                            self.inner.step(lr, module, grads)
-                        } else {
-                            module
-                        }
-                    }
-                };
-                self.move_scales::<Inner<B>>(&found, &slots);
-                module
-            }
-        })
+        self.finish_step::<B, M>(lr, module, StepGrads::One(grads), compress)
     }
 
     fn step_multi_local<B, M>(
@@ -489,62 +499,8 @@ impl<O> LossScaleOptimizer<O> {
                 *g = unscale::<MixedPrecision<B>, M>(core::mem::take(g), &module, scale);
             }
         }
-        let how = compression(&module);
-        let compress_all = |grads: MultiGradientsParams| {
-            let (mut workers, devices): (Vec<_>, Vec<_>) = grads.grads.into_iter().unzip();
-            compress::<B, M>(&mut workers, &module, how);
-            MultiGradientsParams {
-                grads: workers.into_iter().zip(devices).collect(),
-            }
-        };
-        match self.pending() {
-            Pending::NotNeeded => {
-                self.scale.lock().total_steps += 1;
-                let grads = compress_all(grads);
-                self.inner.step_multi(lr, module, grads)
-            }
-            _ if self.is_manual() => {
-                let finite = grads
-                    .grads
-                    .iter()
-                    .all(|(g, _)| all_finite::<B, M>(g, &module));
-                if self.admit_manual(finite) {
-                    let grads = compress_all(grads);
-                    self.inner.step_multi(lr, module, grads)
-                } else {
-                    module
-                }
-            }
-            _ => {
-                let slots = self.slots();
-                let counts = grads
-                    .grads
-                    .iter()
-                    .filter_map(|(g, _)| nonfinite_count::<B, M>(g, &module));
-                let Some(found) = counts.reduce(|a, b| {
-                    let device = Inner::<B>::float_device(&a);
-                    Inner::<B>::float_add(a, Inner::<B>::float_to_device(b, &device))
-                }) else {
-                    self.scale.lock().total_steps += 1;
-                    return self.inner.step_multi(lr, module, grads);
-                };
-                let grads = compress_all(grads);
-                let module = match as_fused::<O, M, MixedPrecision<B>>(&mut self.inner) {
-                    Some(fused) => fused
-                        .run(lr, module, grads.into(), Some(found.clone()))
-                        .unwrap_or_else(|err| panic!("{err}")),
-                    None => {
-                        if self.finite_on_host::<Inner<B>>(&found, &slots) {
-                            self.inner.step_multi(lr, module, grads)
-                        } else {
-                            module
-                        }
-                    }
-                };
-                self.move_scales::<Inner<B>>(&found, &slots);
-                module
-            }
-        }
+        self.finish_step::<B, M>(lr, module, StepGrads::Many(grads), true)
+            .unwrap_or_else(|err| panic!("burn-amp: {err}"))
     }
 }
 
@@ -580,17 +536,6 @@ impl<O> LossScaleOptimizer<O> {
     }
 }
 
-/// The gradients, compressed as the policy says (`grads=aps`), for one worker.
-fn compressed<B: AutodiffBackend, M: AutodiffModule<MixedPrecision<B>>>(
-    grads: GradientsParams,
-    module: &M,
-) -> GradientsParams {
-    let mut workers = [grads];
-    compress::<B, M>(&mut workers, module, compression(module));
-    let [grads] = workers;
-    grads
-}
-
 /// The gradient compression of the policy in force on `module`'s first device.
 fn compression<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) -> GradientCompression {
     module
@@ -599,145 +544,4 @@ fn compression<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) -> Gradient
         .map_or(GradientCompression::None, |d| {
             context::current(d).gradient_compression()
         })
-}
-
-impl<O> LossScaleOptimizer<O> {
-    /// Loads a record (the inner optimizer's state, the scale and its counters) after
-    /// checking it against this optimizer's settings; on error nothing is changed.
-    ///
-    /// ```
-    /// use burn::backend::{Autodiff, Flex};
-    /// use burn::nn::Linear;
-    /// use burn::optim::{Optimizer, SgdConfig};
-    /// use burn_amp::{LossScaleConfig, LossScaleError, MixedPrecision};
-    ///
-    /// type B = MixedPrecision<Autodiff<Flex>>;
-    /// let sgd = SgdConfig::new().init::<B, Linear<B>>();
-    /// let mut optim = LossScaleConfig::new().init_manual(sgd)?;
-    /// let mut record = Optimizer::<Linear<B>, B>::to_record(&optim);
-    /// record.scale = f32::INFINITY; // a poisoned checkpoint
-    /// let err = optim.try_load_record::<Linear<B>, B>(record).unwrap_err();
-    /// assert!(matches!(err, LossScaleError::InvalidRecord { field: "scale", .. }));
-    /// assert_eq!(optim.loss_scale(), 32768.0); // left as it was
-    /// # Ok::<(), LossScaleError>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`LossScaleError::InvalidRecord`] as [`LossScaleOptimizerRecord::validate`] finds it.
-    pub fn try_load_record<M, B>(
-        &mut self,
-        record: LossScaleOptimizerRecord<O::Record>,
-    ) -> Result<(), LossScaleError>
-    where
-        B: AutodiffBackend,
-        M: AutodiffModule<B>,
-        O: Optimizer<M, B>,
-    {
-        record.validate(self.scale.config())?;
-        self.scale
-            .fp8_history()
-            .load_record(record.fp8)
-            .map_err(|err| LossScaleError::InvalidRecord {
-                field: "fp8",
-                value: "a bad FP8 history".into(),
-                rule: err.to_string(),
-            })?;
-        *self
-            .scale
-            .shared
-            .schedule
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = record.min_scale_schedule;
-        self.inner = self.inner.clone().load_record(record.inner);
-        self.scale.set(
-            record.scale,
-            record.good_steps,
-            record.skipped_steps,
-            record.total_steps,
-        );
-        Ok(())
-    }
-}
-
-impl LossScaleConfig {
-    /// Wraps `inner` with these settings, in automatic mode, bound as the default loss
-    /// scale (see [`LossScaleOptimizer`]).
-    ///
-    /// ```
-    /// use burn::backend::{Autodiff, Flex};
-    /// use burn::nn::Linear;
-    /// use burn::optim::AdamConfig;
-    /// use burn_amp::{LossScaleConfig, LossScaleError, MixedPrecision};
-    ///
-    /// type B = MixedPrecision<Autodiff<Flex>>;
-    /// let adam = || AdamConfig::new().init::<B, Linear<B>>();
-    /// let optim = LossScaleConfig::new().with_initial_scale(1024.0).init(adam())?;
-    /// assert_eq!(optim.loss_scale(), 1024.0);
-    /// // A growth factor below 1 would shrink the scale when it should grow: refused.
-    /// let err = LossScaleConfig::new().with_growth_factor(0.5).init(adam()).err().unwrap();
-    /// assert!(matches!(err, LossScaleError::InvalidConfig { .. }));
-    /// # Ok::<(), LossScaleError>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`LossScaleError::InvalidConfig`] when a number is out of range.
-    pub fn init<O>(self, inner: O) -> Result<LossScaleOptimizer<O>, LossScaleError> {
-        self.validate()?;
-        let optim = LossScaleOptimizer::build(inner, self, false);
-        if let Some(binding) = &optim.binding {
-            context::bind_default_scale(binding);
-        }
-        Ok(optim)
-    }
-
-    /// Wraps `inner` with these settings, in automatic mode, bound to `devices`: backward
-    /// passes on them apply this optimizer's scale for as long as it (or a clone) lives.
-    /// Give every device the model trains on (Burn's multi-device training runs a backward
-    /// pass on each).
-    ///
-    /// ```
-    /// use burn::backend::{Autodiff, Flex};
-    /// use burn::nn::Linear;
-    /// use burn::optim::AdamConfig;
-    /// use burn_amp::{LossScaleConfig, LossScaleError, MixedPrecision};
-    ///
-    /// type B = MixedPrecision<Autodiff<Flex>>;
-    /// let device = burn::backend::flex::FlexDevice::default();
-    /// let adam = || AdamConfig::new().init::<B, Linear<B>>();
-    /// let optim = LossScaleConfig::new().init_on(adam(), &[device])?;
-    /// // The device is taken while `optim` lives:
-    /// let second = LossScaleConfig::new().init_on(adam(), &[device]);
-    /// assert!(matches!(second, Err(LossScaleError::DeviceTaken { .. })));
-    /// drop(optim);
-    /// assert!(LossScaleConfig::new().init_on(adam(), &[device]).is_ok());
-    /// # Ok::<(), LossScaleError>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`LossScaleError::InvalidConfig`] when a number is out of range,
-    /// [`LossScaleError::DeviceTaken`] when a live automatic optimizer is bound to one of
-    /// the devices; nothing is bound then.
-    pub fn init_on<O, D: DeviceOps + 'static>(
-        self,
-        inner: O,
-        devices: &[D],
-    ) -> Result<LossScaleOptimizer<O>, LossScaleError> {
-        self.validate()?;
-        let optim = LossScaleOptimizer::build(inner, self, false);
-        if let Some(binding) = &optim.binding {
-            context::bind_scale_to_devices(binding, devices)
-                .map_err(|taken| LossScaleError::DeviceTaken { device: taken.0 })?;
-        }
-        Ok(optim)
-    }
-
-    /// Wraps `inner` with these settings, in manual mode: call
-    /// [`scale_loss`](LossScaleOptimizer::scale_loss) before `backward`.
-    ///
-    /// # Errors
-    /// [`LossScaleError::InvalidConfig`] when a number is out of range.
-    pub fn init_manual<O>(self, inner: O) -> Result<LossScaleOptimizer<O>, LossScaleError> {
-        self.validate()?;
-        Ok(LossScaleOptimizer::build(inner, self, true))
-    }
 }

@@ -29,16 +29,24 @@ type Raw<B> = <B as AutodiffBackend>::InnerBackend;
 /// The collective an optimizer reduces through, its backend erased (an
 /// `Arc<dyn Collective<R>>` inside): `LossScaleOptimizer<O>` names no backend.
 #[derive(Clone)]
-pub(crate) struct Replicas(Arc<dyn Any + Send + Sync>);
+pub(crate) struct Replicas {
+    collective: Arc<dyn Any + Send + Sync>,
+    /// Whether the step reduces the gradients; `false` where the engine did already
+    /// (Burn's DDP, during `backward`) and only the amaxes remain.
+    pub gradients: bool,
+}
 
 impl Replicas {
-    pub fn new<R: Backend>(collective: Arc<dyn Collective<R>>) -> Self {
-        Self(Arc::new(collective))
+    pub fn new<R: Backend>(collective: Arc<dyn Collective<R>>, gradients: bool) -> Self {
+        Self {
+            collective: Arc::new(collective),
+            gradients,
+        }
     }
 
     /// The collective, if it was made for `R`.
     pub fn get<R: Backend>(&self) -> Result<&Arc<dyn Collective<R>>, CollectiveError> {
-        self.0
+        self.collective
             .downcast_ref::<Arc<dyn Collective<R>>>()
             .ok_or_else(|| {
                 CollectiveError::Mismatch(format!(

@@ -2,7 +2,7 @@
 //! pass applies it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::LossScaleConfig;
 use super::config::{MinScaleStep, floor_at};
@@ -73,6 +73,20 @@ impl ScaleState {
     }
 }
 
+/// The device form of [`ScaleState::update`] for step `step` (counted from 1): the same
+/// numbers, with the schedule's floor of that step.
+fn rule_at(config: &LossScaleConfig, schedule: &[MinScaleStep], step: u64) -> Rule {
+    Rule {
+        dynamic: config.dynamic,
+        growth_interval: config.growth_interval as f32,
+        growth_factor: config.growth_factor,
+        backoff_factor: config.backoff_factor,
+        min_scale: config.min_scale,
+        max_scale: config.max_scale,
+        floor: floor_at(config.min_scale, schedule, step),
+    }
+}
+
 pub(crate) struct Shared {
     pub config: LossScaleConfig,
     pub state: Mutex<ScaleState>,
@@ -82,6 +96,9 @@ pub(crate) struct Shared {
     pub schedule: Mutex<Vec<MinScaleStep>>,
     /// The state of stateful FP8 scalings on the bound devices.
     pub fp8: Fp8History,
+    /// The first live clone made of this scale's optimizer (a data-parallel replica), which
+    /// a [`LossScale::following`] handle reports instead.
+    pub replica: Mutex<Weak<Shared>>,
 }
 
 /// A handle on a [`LossScaleOptimizer`](super::LossScaleOptimizer)'s scale and counters,
@@ -89,6 +106,9 @@ pub(crate) struct Shared {
 #[derive(Clone)]
 pub struct LossScale {
     pub(crate) shared: Arc<Shared>,
+    /// A user's handle: reports the optimizer's first live replica once there is one (under
+    /// Burn's DDP the original optimizer never steps; its clones do).
+    follows_replica: bool,
 }
 
 impl core::fmt::Debug for LossScale {
@@ -113,7 +133,40 @@ impl LossScale {
                 state,
                 slots: Mutex::new(HashMap::new()),
                 fp8: Fp8History::default(),
+                replica: Mutex::new(Weak::new()),
             }),
+            follows_replica: false,
+        }
+    }
+
+    /// A handle for users (metrics, logs): it follows the first live replica made by
+    /// cloning the optimizer, whose state moves when the original's does not.
+    pub(crate) fn following(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            follows_replica: true,
+        }
+    }
+
+    /// What this handle reports on: the replica's scale for a following handle whose
+    /// optimizer has a live replica, else this one.
+    fn reported(&self) -> Self {
+        if !self.follows_replica {
+            return self.clone();
+        }
+        let replica = self
+            .shared
+            .replica
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .upgrade();
+        match replica {
+            Some(shared) => Self {
+                shared,
+                follows_replica: true,
+            }
+            .reported(),
+            None => self.clone(),
         }
     }
 
@@ -145,23 +198,23 @@ impl LossScale {
     /// The current scale (what the next backward pass multiplies the loss by). In automatic
     /// mode it lives on the device: asking reads it back.
     pub fn scale(&self) -> f32 {
-        self.current()[0]
+        self.reported().current()[0]
     }
 
     /// Steps skipped because their gradients were not finite (read back, as `scale`).
     pub fn skipped_steps(&self) -> u64 {
-        self.current()[2] as u64
+        self.reported().current()[2] as u64
     }
 
     /// Steps taken or skipped so far.
     pub fn total_steps(&self) -> u64 {
-        self.lock().total_steps
+        self.reported().lock().total_steps
     }
 
     /// Finite steps in a row since the scale last changed or overflowed (read back, as
     /// `scale`).
     pub fn good_steps(&self) -> u64 {
-        self.current()[1] as u64
+        self.reported().current()[1] as u64
     }
 
     /// Sets the scale and its counters (a loaded record): on the host, and on every
@@ -184,17 +237,8 @@ impl LossScale {
 
     /// The rule of the coming step (its floor from the host's step count).
     pub(crate) fn rule(&self) -> Rule {
-        let config = &self.shared.config;
         let total = self.lock().total_steps + 1;
-        Rule {
-            dynamic: config.dynamic,
-            growth_interval: config.growth_interval as f32,
-            growth_factor: config.growth_factor,
-            backoff_factor: config.backoff_factor,
-            min_scale: config.min_scale,
-            max_scale: config.max_scale,
-            floor: floor_at(config.min_scale, &self.min_scale_schedule(), total),
-        }
+        rule_at(&self.shared.config, &self.min_scale_schedule(), total)
     }
 
     /// The FP8 scaling state (amax histories, biases) of delayed and exponent-bias FP8
@@ -241,6 +285,60 @@ impl LossScale {
         self.current()
     }
 
+    /// An independent copy for a data-parallel replica: the scale and counters as they are
+    /// now (read back from a device), the schedule and the FP8 state; no device state yet.
+    pub(crate) fn fork(&self) -> Self {
+        let [scale, good, skipped] = self.current();
+        let forked = Self::new(self.shared.config.clone());
+        let mut replica = self
+            .shared
+            .replica
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if replica.strong_count() == 0 {
+            *replica = Arc::downgrade(&forked.shared);
+        }
+        drop(replica);
+        {
+            let mut state = forked.lock();
+            state.scale = scale;
+            state.good_steps = good as u64;
+            state.skipped_steps = skipped as u64;
+            state.total_steps = self.total_steps();
+        }
+        *forked
+            .shared
+            .schedule
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = self.min_scale_schedule();
+        // A record of the state just read is valid by construction.
+        let _ = forked.shared.fp8.load_record(self.shared.fp8.to_record());
+        forked
+    }
+
+    /// Gives `device`'s state, and what backward passes through this scale did, to `heir`:
+    /// the replica that takes the device over after they ran through this one.
+    pub(crate) fn hand_over(&self, device: DeviceKey, heir: &LossScale) {
+        let slot = self
+            .shared
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&device);
+        if let Some(slot) = slot {
+            heir.shared
+                .slots
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(device, slot);
+        }
+        let pending = self.lock().pending;
+        let mut heirs = heir.lock();
+        if heirs.pending == Pending::None {
+            heirs.pending = pending;
+        }
+    }
+
     pub(crate) fn take_pending(&self) -> Pending {
         core::mem::take(&mut self.lock().pending)
     }
@@ -266,6 +364,10 @@ impl ScaleSource for Binding {
 
     fn fp8_history(&self) -> Fp8History {
         self.0.shared.fp8.clone()
+    }
+
+    fn as_any(&self) -> &dyn core::any::Any {
+        self
     }
 }
 
@@ -300,5 +402,95 @@ mod tests {
         }
         assert_eq!(state.scale, 128.0);
         assert_eq!(state.skipped_steps, 715);
+    }
+}
+
+#[cfg(all(test, feature = "flex"))]
+mod host_and_device {
+    use burn::backend::Flex;
+    use burn::tensor::{Tensor, TensorPrimitive};
+
+    use super::*;
+    use crate::backend::scale::step_rule;
+
+    /// One step of the device rule on `[scale, good, skipped]`.
+    fn on_device(state: [f32; 3], finite: bool, rule: &Rule) -> [f32; 3] {
+        let device = Default::default();
+        let state = Tensor::<Flex, 1>::from_floats(state, &device);
+        let found = Tensor::<Flex, 1>::from_floats([if finite { 0.0 } else { 2.0 }], &device);
+        let next = step_rule::<Flex>(
+            state.into_primitive().tensor(),
+            found.into_primitive().tensor(),
+            rule,
+        );
+        let next = Tensor::<Flex, 1>::from_primitive(TensorPrimitive::Float(next));
+        let values = next.into_data().to_vec::<f32>().expect("f32");
+        values.try_into().expect("three values")
+    }
+
+    /// The scale rule is written twice, on the host (manual mode, records) and on the device
+    /// (automatic mode, no read back): both must move alike, bit for bit, through growth,
+    /// backoff, both bounds, a fixed scale and a minimum-scale schedule.
+    #[test]
+    fn the_host_and_device_forms_of_the_scale_rule_agree_step_by_step() {
+        let schedule = vec![
+            MinScaleStep {
+                step: 9,
+                min_scale: 16.0,
+            },
+            MinScaleStep {
+                step: 20,
+                min_scale: 2.0,
+            },
+        ];
+        let configs = [
+            (LossScaleConfig::new().with_growth_interval(3), vec![]),
+            (
+                LossScaleConfig::new()
+                    .with_initial_scale(8.0)
+                    .with_growth_interval(2)
+                    .with_growth_factor(4.0)
+                    .with_backoff_factor(0.25)
+                    .with_min_scale(1.0)
+                    .with_max_scale(64.0),
+                vec![],
+            ),
+            (
+                LossScaleConfig::new()
+                    .with_initial_scale(4.0)
+                    .with_growth_interval(4),
+                schedule,
+            ),
+            (LossScaleConfig::fixed(128.0), vec![]),
+        ];
+        let mut lcg = 0x2545_f491_4f6c_dd1du64;
+        for (config, schedule) in configs {
+            let mut host = ScaleState::new(&config);
+            let mut device = [host.scale, 0.0, 0.0];
+            let (mut grew, mut backed) = (false, false);
+            for step in 1..=60u64 {
+                lcg = lcg.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                let finite = (lcg >> 33) % 10 >= 3;
+                let rule = rule_at(&config, &schedule, step);
+                let before = host.scale;
+                host.update(finite, &config, &schedule);
+                device = on_device(device, finite, &rule);
+                let expected = [
+                    host.scale,
+                    host.good_steps as f32,
+                    host.skipped_steps as f32,
+                ];
+                assert_eq!(
+                    device, expected,
+                    "{config:?}, step {step} (finite: {finite}): device {device:?}, host {expected:?}"
+                );
+                grew |= host.scale > before;
+                backed |= host.scale < before;
+            }
+            assert!(
+                !config.dynamic || (grew && backed),
+                "{config:?}: the sequence should both grow and back the scale off"
+            );
+        }
     }
 }

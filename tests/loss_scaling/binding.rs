@@ -71,7 +71,7 @@ fn dropping_the_newest_default_hands_backward_to_the_one_before_never_to_nothing
 }
 
 #[test]
-fn a_handle_keeps_no_binding_alive_and_clones_share_one() {
+fn a_handle_keeps_no_binding_alive_and_a_clone_keeps_its_own() {
     let _serial = serial();
     let device = FxDevice::default();
     with_policy(Policy::mixed_float16(), || {
@@ -79,10 +79,83 @@ fn a_handle_keeps_no_binding_alive_and_clones_share_one() {
         let handle = optim.handle();
         let clone = optim.clone();
         drop(optim);
-        assert_eq!(tiny_grad(&device).1, 512.0, "a clone keeps the binding");
+        assert_eq!(
+            tiny_grad(&device).1,
+            512.0,
+            "a clone is bound as a default too"
+        );
         drop(clone);
-        assert_eq!(tiny_grad(&device).1, 1.0, "a metric's handle does not");
+        assert_eq!(
+            tiny_grad(&device).1,
+            1.0,
+            "a metric's handle keeps nothing bound"
+        );
         assert_eq!(handle.scale(), 512.0);
+    });
+}
+
+/// One step of the MLP on `optim`, its loss made infinite when `overflow`.
+fn mlp_step<O: Optimizer<Mlp<Fx>, Fx>>(
+    optim: &mut O,
+    model: Mlp<Fx>,
+    overflow: bool,
+    device: &FxDevice,
+) -> Mlp<Fx> {
+    let (x, y) = teacher_batch::<Fx>(0, 16, 8, 4, device);
+    let mut loss = CrossEntropyLossConfig::new()
+        .init(device)
+        .forward(model.forward(x), y);
+    if overflow {
+        loss = loss.mul_scalar(f32::INFINITY);
+    }
+    let grads = GradientsParams::from_grads(loss.backward(), &model);
+    optim.step(1e-2, model, grads)
+}
+
+/// Burn's DDP clones the optimizer once per device: each replica's clone must own its scale,
+/// or an overflow would halve every replica's scale once per replica.
+#[test]
+fn a_replicas_clone_steps_its_own_scale_without_moving_the_originals() {
+    let _serial = serial();
+    let device = FxDevice::default();
+    with_policy(Policy::mixed_float16(), || {
+        for bound_to_device in [true, false] {
+            let config = scaled(512.0);
+            let original = if bound_to_device {
+                config.init_on(sgd::<Fx>(), &[device]).unwrap()
+            } else {
+                config.init(sgd::<Fx>()).unwrap()
+            };
+            let metric = original.handle();
+            let mut replica = original.clone();
+            let model = Mlp::<Fx>::new(8, 16, 4, &device);
+            // The replica's first backward ran through the original's binding; its step
+            // takes the device over with that pass's state and skips the overflow.
+            let model = mlp_step(&mut replica, model, true, &device);
+            assert_eq!(
+                replica.loss_scale(),
+                256.0,
+                "bound to device: {bound_to_device}"
+            );
+            assert_eq!((replica.total_steps(), replica.skipped_steps()), (1, 1));
+            assert_eq!(original.loss_scale(), 512.0, "the original's scale moved");
+            assert_eq!((original.total_steps(), original.skipped_steps()), (0, 0));
+            // From now on backward passes on the device apply the replica's scale.
+            assert_eq!(tiny_grad(&device).1, 256.0);
+            let _ = mlp_step(&mut replica, model, false, &device);
+            assert_eq!((replica.total_steps(), replica.skipped_steps()), (2, 1));
+            assert_eq!(replica.loss_scale(), 256.0);
+            assert_eq!(original.total_steps(), 0);
+            // A metric's handle on the original reports the replica, the one that steps.
+            assert_eq!((metric.scale(), metric.total_steps()), (256.0, 2));
+            drop(replica);
+            assert_eq!((metric.scale(), metric.total_steps()), (512.0, 0));
+            assert_eq!(
+                tiny_grad(&device).1,
+                512.0,
+                "with the replica gone, the device falls back to the original"
+            );
+        }
     });
 }
 

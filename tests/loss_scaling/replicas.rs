@@ -1,33 +1,33 @@
-//! Data parallelism across processes: two replica processes on this machine, each training
-//! the MLP on its own shard with a `LossScaleOptimizer` that reduces through a
-//! `TcpCollective`, an overflow injected on one
-//! replica only. Both must skip that step, halve to the same scale, and end 20 steps with
-//! bit-identical parameters; under FP8 delayed scaling both amax histories must equal, step
-//! by step, the maximum of what each replica saw; under APS the same. A replica that dies
-//! gives the other a typed error within its timeout.
+//! Data parallelism across processes under MPI: `mpirun -n 2` runs this test binary twice,
+//! each process a replica training the MLP on its own shard with a `LossScaleOptimizer` that
+//! reduces through an `MpiCollective`, an overflow injected on one replica only. Both must
+//! skip that step, halve to the same scale, and end 20 steps with bit-identical parameters;
+//! under FP8 delayed scaling both amax histories must equal, step by step, the maximum of
+//! what each replica saw; under APS the same. A replica that hangs gives the other a typed
+//! error naming the step within its timeout; one that dies ends the job within it.
 //!
-//! Each test is its own launcher: run without `BURN_AMP_REPLICA` it runs this test binary
-//! twice more, filtered to the same test, with `BURN_AMP_REPLICA` set; run with it, the test
-//! is a replica, prints its report and exits.
+//! Each test is its own launcher: run without `BURN_AMP_REPLICA` it runs `mpirun -n 2` on
+//! this test binary, filtered to the same test, with `BURN_AMP_REPLICA` set; run with it, the
+//! test is a replica: it writes its report to a file and exits. Needs `mpirun` (Open MPI or
+//! MPICH) on the `PATH`; `./scripts/test.sh` installs Open MPI.
 
 use std::fmt::Write as _;
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use burn::backend::{Autodiff, Flex};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::optim::{AdamConfig, GradientsParams};
-use burn_amp::collective::{Collective, TcpCollective};
+use burn_amp::collective::{Collective, MpiCollective};
 use burn_amp::{LossScaleConfig, LossScaleError, MixedPrecision, Policy, with_policy};
 
 use super::common::{Mlp, bytes, teacher_batch};
 
 type M = MixedPrecision<Autodiff<Flex>>;
 
-/// Set in a replica process: `rank,world,root port,case`.
+/// Set in a replica process: `case,report directory`.
 const ENV: &str = "BURN_AMP_REPLICA";
 const STEPS: usize = 20;
 const POISONED_RANK: usize = 1;
@@ -38,6 +38,8 @@ const DIES_AT: usize = 3;
 const SHORT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a launcher waits for its replicas.
 const LAUNCHER_TIMEOUT: Duration = Duration::from_secs(240);
+/// How long the job may take to end once a replica died or timed out: the timeout and 5 s.
+const FAILURE_BOUND: Duration = Duration::from_secs(SHORT_TIMEOUT.as_secs() + 5);
 
 const F16: &str = "params=float32,compute=float16,output=float32";
 
@@ -107,46 +109,82 @@ fn two_processes_with_aps_stay_bit_identical() {
 }
 
 #[test]
-fn a_replica_that_dies_gives_the_other_a_typed_error_in_bounded_time() {
-    let started = Instant::now();
+fn a_replica_that_dies_ends_the_job_naming_it_in_bounded_time() {
     let [a, b] = launch(
         "dies",
-        "a_replica_that_dies_gives_the_other_a_typed_error_in_bounded_time",
+        "a_replica_that_dies_ends_the_job_naming_it_in_bounded_time",
     );
-    assert_peer_failed(&a, &b, "data-parallel step failed");
-    assert!(started.elapsed() < LAUNCHER_TIMEOUT);
+    // Open MPI's mpirun ends the job as soon as a rank exits with a non-zero status, naming
+    // it, before replica 0's own timeout runs out.
+    assert_ne!(a.status, Some(0), "the job should have failed");
+    assert!(
+        b.output
+            .contains(&format!("replica 1 leaves at step {DIES_AT}")),
+        "replica 1: {}",
+        b.output
+    );
+    // Open MPI names a process `[[job,1],rank]`; MPICH says `rank N`.
+    let named = a.launcher.contains("],1]") || a.launcher.contains("rank 1");
+    assert!(
+        named && a.launcher.contains('3'),
+        "mpirun did not name rank 1 and its exit code 3: {}",
+        a.launcher
+    );
+    let took = a.ended_at.saturating_sub(b.at);
+    assert!(
+        b.at > 0 && took <= FAILURE_BOUND.as_millis() as u64,
+        "the job ended {took} ms after replica 1 left (bound {FAILURE_BOUND:?})"
+    );
 }
 
 #[test]
-fn a_replica_that_hangs_gives_the_other_a_timeout() {
-    let [a, b] = launch("hangs", "a_replica_that_hangs_gives_the_other_a_timeout");
-    assert_peer_failed(&a, &b, "no result after");
-}
-
-/// Replica 1 left (exit code 3) and replica 0 failed with an error saying `message`.
-fn assert_peer_failed(a: &Report, b: &Report, message: &str) {
-    assert_eq!(
-        b.status,
-        Some(3),
-        "replica 1 should have left at step {DIES_AT}"
+fn a_replica_that_hangs_gives_the_other_a_timeout_naming_the_step() {
+    let [a, b] = launch(
+        "hangs",
+        "a_replica_that_hangs_gives_the_other_a_timeout_naming_the_step",
     );
-    assert_eq!(
-        a.status,
-        Some(2),
-        "replica 0 should have failed: {}",
+    assert_ne!(a.status, Some(0), "the job should have failed");
+    assert!(
+        b.output
+            .contains(&format!("replica 1 hangs at step {DIES_AT}")),
+        "replica 1: {}",
+        b.output
+    );
+    let expected = format!("data-parallel step {} failed", DIES_AT + 1);
+    assert!(
+        a.output.contains(&expected) && a.output.contains("no result after"),
+        "replica 0 should have timed out at step {}: {}",
+        DIES_AT + 1,
         a.output
+    );
+    // Replica 0 fails within its timeout (plus 5 s) of replica 1's hang, and the job ends
+    // within the same bound.
+    let failed = a.failed_at.saturating_sub(b.at);
+    let ended = a.ended_at.saturating_sub(b.at);
+    assert!(
+        b.at > 0 && failed >= SHORT_TIMEOUT.as_millis() as u64 / 2,
+        "replica 0 failed {failed} ms after replica 1 began to hang: before any timeout?"
     );
     assert!(
-        a.output.contains(message),
-        "replica 0's error: {}",
-        a.output
+        failed <= FAILURE_BOUND.as_millis() as u64 && ended <= FAILURE_BOUND.as_millis() as u64,
+        "replica 0 failed {failed} ms and the job ended {ended} ms after the hang \
+         (bound {FAILURE_BOUND:?})"
     );
 }
 
-/// What a replica printed.
+/// What a replica reported, and how the job ended.
 #[derive(Debug, Default)]
 struct Report {
+    /// mpirun's exit status (the same for both replicas).
     status: Option<i32>,
+    /// What mpirun printed itself (and the replicas' stderr).
+    launcher: String,
+    /// When mpirun ended, and when the replica left or began to hang / got its error
+    /// (milliseconds since the epoch).
+    ended_at: u64,
+    at: u64,
+    failed_at: u64,
+    /// The replica's report file.
     output: String,
     skipped: u64,
     total: u64,
@@ -168,69 +206,82 @@ fn assert_same_run(a: &Report, b: &Report) {
     assert_eq!(a.params, b.params, "the replicas' parameters differ");
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// Starts the orchestrator and two replicas of `test`; their reports once both ended.
+/// Runs `mpirun -n 2` on this test binary filtered to `test`; the replicas' reports.
 fn launch(case: &str, test: &str) -> [Report; 2] {
     if let Ok(spec) = std::env::var(ENV) {
         replica(&spec);
     }
-    let root = free_port();
     let exe = std::env::current_exe().expect("test binary");
-    let path = format!("replicas::{test}");
-    let dir = std::env::temp_dir();
-    let mut children: Vec<(Child, PathBuf)> = (0..2)
-        .map(|rank| {
-            let log = dir.join(format!("burn-amp-{case}-{}-{rank}.log", std::process::id()));
-            let file = std::fs::File::create(&log).expect("log file");
-            let child = Command::new(&exe)
-                .args([path.as_str(), "--exact", "--nocapture", "--test-threads=1"])
-                .env(ENV, format!("{rank},2,{root},{case}"))
-                .stdout(file.try_clone().expect("log"))
-                .stderr(file)
-                .stdin(Stdio::null())
-                .spawn()
-                .expect("replica process");
-            (child, log)
-        })
-        .collect();
-    let deadline = Instant::now() + LAUNCHER_TIMEOUT;
-    let mut status = [None, None];
-    while status.iter().any(Option::is_none) {
-        for (i, (child, _)) in children.iter_mut().enumerate() {
-            if status[i].is_none()
-                && let Some(s) = child.try_wait().expect("wait")
-            {
-                status[i] = Some(s.code().unwrap_or(-1));
-            }
+    let dir = std::env::temp_dir().join(format!("burn-amp-{case}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("report directory");
+    let started = Instant::now();
+    let mut child = mpirun(2)
+        .args(["-x", ENV])
+        .arg(&exe)
+        .args([
+            format!("replicas::{test}").as_str(),
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ENV, format!("{case},{}", dir.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mpirun (Open MPI or MPICH) on the PATH: ./scripts/test.sh installs Open MPI");
+    let deadline = started + LAUNCHER_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
         }
         if Instant::now() > deadline {
-            for (child, _) in &mut children {
-                let _ = child.kill();
-            }
-            let logs: Vec<String> = children
-                .iter()
-                .map(|(_, log)| std::fs::read_to_string(log).unwrap_or_default())
-                .collect();
-            panic!("replicas still running after {LAUNCHER_TIMEOUT:?}: {logs:#?}");
+            let _ = child.kill();
+            panic!("mpirun still running after {LAUNCHER_TIMEOUT:?}");
         }
         std::thread::sleep(Duration::from_millis(50));
-    }
-    let reports: Vec<Report> = children
-        .iter()
-        .zip(status)
-        .map(|((_, log), status)| {
-            let output = std::fs::read_to_string(log).unwrap_or_default();
-            let _ = std::fs::remove_file(log);
-            parse(status, output)
+    };
+    let ended_at = now_ms();
+    let output = child.wait_with_output().expect("mpirun's output");
+    let launcher = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let reports: Vec<Report> = (0..2)
+        .map(|rank| {
+            let file = report_path(&dir, rank);
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            let mut report = parse(status.code(), text);
+            report.launcher = launcher.clone();
+            report.ended_at = ended_at;
+            report
         })
         .collect();
+    let _ = std::fs::remove_dir_all(&dir);
     reports.try_into().expect("two reports")
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64
+}
+
+/// `mpirun -n ranks` as it runs anywhere: as root too (containers), with more ranks than
+/// cores, and without the shared-memory single-copy mechanism containers lack.
+fn mpirun(ranks: usize) -> Command {
+    let mut command = Command::new("mpirun");
+    command
+        .args(["--allow-run-as-root", "--oversubscribe", "-n"])
+        .arg(ranks.to_string())
+        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none");
+    command
+}
+
+fn report_path(dir: &Path, rank: usize) -> PathBuf {
+    dir.join(format!("replica-{rank}.txt"))
 }
 
 fn parse(status: Option<i32>, output: String) -> Report {
@@ -258,6 +309,8 @@ fn parse(status: Option<i32>, output: String) -> Report {
             "scale" => report.scale = value.parse().expect("scale"),
             "params" => report.params = value.to_string(),
             "history" => report.history = value.to_string(),
+            "at" => report.at = value.parse().expect("at"),
+            "failed_at" => report.failed_at = value.parse().expect("failed_at"),
             "local" => report.amax_local.push(bits(value)),
             "reduced" => report.amax_reduced.push(bits(value)),
             _ => {}
@@ -285,35 +338,50 @@ fn hex(values: &[u32]) -> String {
     })
 }
 
+/// Appends lines to this replica's report file.
+struct Out(std::fs::File);
+
+impl Out {
+    fn line(&mut self, line: impl AsRef<str>) {
+        use std::io::Write as _;
+        writeln!(self.0, "{}", line.as_ref()).expect("report file");
+        self.0.flush().expect("report file");
+    }
+}
+
 /// A replica's whole life: join, train `STEPS` steps, report, exit.
 fn replica(spec: &str) -> ! {
-    let fields: Vec<&str> = spec.split(',').collect();
-    let [rank, world, root, case] = fields[..] else {
+    let Some((case, dir)) = spec.split_once(',') else {
         panic!("bad {ENV}: {spec}");
     };
-    let (rank, world): (usize, usize) = (rank.parse().unwrap(), world.parse().unwrap());
-    let device = Default::default();
-    let policy: Policy = case_policy(case).parse().expect("policy");
-    let root = format!("127.0.0.1:{root}").parse().expect("address");
     let timeout = if matches!(case, "dies" | "hangs") {
         SHORT_TIMEOUT
     } else {
         Duration::from_secs(60)
     };
-    let replica = Arc::new(TcpCollective::join(rank, world, root, timeout).expect("join"));
+    let group = Arc::new(MpiCollective::world(timeout).expect("MPI"));
+    let (rank, world) = (group.rank(), group.world_size());
+    assert_eq!(world, 2, "run by mpirun -n 2");
+    let mut out = Out(std::fs::File::create(report_path(Path::new(dir), rank)).expect("report"));
+    let device = Default::default();
+    let policy: Policy = case_policy(case).parse().expect("policy");
     let code = with_policy(policy, || {
         let mut model = Mlp::<M>::new(8, 16, 4, &device);
         let mut optim = LossScaleConfig::new()
             .init(AdamConfig::new().init())
             .expect("optimizer")
-            .with_collective::<Flex>(replica.clone() as Arc<dyn Collective<Flex>>);
+            .with_collective::<Flex>(group.clone() as Arc<dyn Collective<Flex>>);
         for step in 0..STEPS {
             if case == "dies" && rank == 1 && step == DIES_AT {
+                out.line(format!("replica 1 leaves at step {step}"));
+                out.line(format!("REPORT at={}", now_ms()));
                 std::process::exit(3);
             }
             if case == "hangs" && rank == 1 && step == DIES_AT {
                 // Stuck (outside any collective call) for longer than replica 0 waits.
-                std::thread::sleep(SHORT_TIMEOUT * 3);
+                out.line(format!("replica 1 hangs at step {step}"));
+                out.line(format!("REPORT at={}", now_ms()));
+                std::thread::sleep(SHORT_TIMEOUT * 10);
                 std::process::exit(3);
             }
             // Each replica its own shard: batches 2k and 2k + 1 of the task.
@@ -328,18 +396,19 @@ fn replica(spec: &str) -> ! {
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             let history = optim.fp8_history().clone();
             if !history.is_empty() {
-                println!("REPORT local={}", hex(&newest_amaxes(&history)));
+                out.line(format!("REPORT local={}", hex(&newest_amaxes(&history))));
             }
             model = match optim.try_step(1e-2, model, grads) {
                 Ok(model) => model,
-                Err(err @ LossScaleError::Collective(_)) => {
-                    println!("replica {rank}: {err}");
+                Err(err @ LossScaleError::Collective { .. }) => {
+                    out.line(format!("REPORT failed_at={}", now_ms()));
+                    out.line(format!("replica {rank}: {err}"));
                     return 2;
                 }
                 Err(err) => panic!("{err}"),
             };
             if !history.is_empty() {
-                println!("REPORT reduced={}", hex(&newest_amaxes(&history)));
+                out.line(format!("REPORT reduced={}", hex(&newest_amaxes(&history))));
             }
         }
         // The values only: parameter ids are drawn per process.
@@ -352,10 +421,10 @@ fn replica(spec: &str) -> ! {
             let _ = write!(s, "{b:02x}");
             s
         });
-        println!("REPORT skipped={}", optim.skipped_steps());
-        println!("REPORT total={}", optim.total_steps());
-        println!("REPORT scale={}", optim.loss_scale());
-        println!("REPORT params={params}");
+        out.line(format!("REPORT skipped={}", optim.skipped_steps()));
+        out.line(format!("REPORT total={}", optim.total_steps()));
+        out.line(format!("REPORT scale={}", optim.loss_scale()));
+        out.line(format!("REPORT params={params}"));
         let sites = optim
             .fp8_history()
             .sites::<burn::backend::flex::FlexDevice>(&device);
@@ -364,8 +433,15 @@ fn replica(spec: &str) -> ! {
             .flat_map(|s| s.roles.values())
             .map(|r| hex(&r.history.iter().map(|a| a.to_bits()).collect::<Vec<_>>()))
             .collect();
-        println!("REPORT history={}", histories.join(";"));
+        out.line(format!("REPORT history={}", histories.join(";")));
         0
     });
+    if code == 0 {
+        // MPI_Finalize (the last reference to the collective) before a clean exit: Open MPI
+        // counts a rank that exits without it as failed.
+        drop(group);
+        std::process::exit(0);
+    }
+    // A failed collective leaves MPI unusable: exit without finalising; mpirun ends the job.
     std::process::exit(code);
 }
