@@ -202,7 +202,7 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
         let device = B::float_device(&tensor);
         let (policy, scale) = context::backward::<B>(&device);
         let dtype = context::loss_dtype(policy, autocast::dtype::<B>(&tensor));
-        let loss = autocast::cast::<B>(tensor, dtype);
+        let loss = autocast::cast::<B>(tensor, dtype, &policy);
         let (loss, slot) = match scale {
             Some((slot, source)) => {
                 // The scale stays on the device: multiplied in, never read back.
@@ -213,7 +213,7 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
                 // overflow; its gradient goes back through the cast to the loss's dtype.
                 let loss = match autocast::dtype::<B>(&loss) {
                     FloatDType::F16 | FloatDType::BF16 => {
-                        autocast::cast::<B>(loss, FloatDType::F32)
+                        autocast::cast::<B>(loss, FloatDType::F32, &policy)
                     }
                     _ => loss,
                 };

@@ -47,6 +47,7 @@ pub mod collective;
 mod context;
 pub mod cost;
 mod cpu;
+mod dtype;
 pub mod fp8;
 pub mod guide;
 mod kernels;
@@ -54,6 +55,7 @@ pub mod loss_scale;
 pub mod optim;
 pub mod policy;
 mod probe;
+mod registry;
 
 pub use backend::{MixedPrecision, ScaledGradients, cast_to_output};
 pub use context::{global_policy, set_global_policy, with_policy};

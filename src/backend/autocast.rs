@@ -1,6 +1,7 @@
-//! The casting rules, in one place; the policy they follow comes from `crate::context`. Every intercepted op of
-//! [`MixedPrecision`](crate::MixedPrecision) calls one of these on its float inputs and then
-//! hands them to the inner backend.
+//! The casting rules, in one place. Every intercepted op of
+//! [`MixedPrecision`](crate::MixedPrecision) asks `crate::context` for its policy once and
+//! hands it, as a value, to one of these rules on its float inputs, then calls the inner
+//! backend: no rule or cast looks the policy up again.
 //!
 //! - [`to_compute`]: matmul, linear, convolutions, attention — inputs go to the policy's
 //!   compute dtype.
@@ -25,7 +26,7 @@ use burn_tensor::ops::FloatTensor;
 use burn_tensor::{DType, FloatDType, TensorMetadata};
 
 use crate::context;
-use crate::cost::{self, OpClass};
+use crate::cost;
 use crate::cpu::{self, Routed, RoutedOps};
 use crate::policy::{Kernels, Policy};
 
@@ -34,39 +35,52 @@ pub(crate) fn dtype<B: Backend>(tensor: &FloatTensor<B>) -> FloatDType {
     tensor.dtype().into()
 }
 
-/// The class a casting rule puts its op in (for the cost report).
-pub(crate) fn class_of(rule: &str) -> OpClass {
-    match rule {
-        "to_compute" => OpClass::Compute,
-        "to_f32" => OpClass::Float32,
-        "to_widest" => OpClass::Promote,
-        "to_dtype_of_first" => OpClass::Assign,
-        _ => OpClass::Forwarded,
-    }
+/// The class each casting rule puts its op in (for the cost report), by the rule's name:
+/// the op tables name a rule, and a rule without a class here does not compile.
+#[allow(non_upper_case_globals)]
+pub(crate) mod class {
+    use crate::cost::OpClass;
+
+    pub(crate) const to_compute: OpClass = OpClass::Compute;
+    pub(crate) const to_f32: OpClass = OpClass::Float32;
+    pub(crate) const to_widest: OpClass = OpClass::Promote;
+    pub(crate) const to_dtype_of_first: OpClass = OpClass::Assign;
 }
 
 /// Casts `tensor` to `dtype`, or hands it back untouched when it is already there: a cast
-/// the decorator inserts (counted as one in the cost report).
-pub(crate) fn cast<B: Backend>(tensor: FloatTensor<B>, dtype: FloatDType) -> FloatTensor<B> {
+/// the decorator inserts (counted as one in the cost report), under `policy` (the op's).
+pub(crate) fn cast<B: Backend>(
+    tensor: FloatTensor<B>,
+    dtype: FloatDType,
+    policy: &Policy,
+) -> FloatTensor<B> {
     let from = tensor.dtype();
     if FloatDType::from(from) != dtype {
         cost::cast(from, DType::from(dtype), tensor.shape().num_elements());
     }
-    convert::<B>(tensor, dtype)
+    convert::<B>(tensor, dtype, policy.kernels())
 }
 
 /// Casts `tensor` to `dtype` (a cast anyone asks for), on burn-amp's kernels where `B` has
-/// them and the device's policy lets them run.
-pub(crate) fn convert<B: Backend>(tensor: FloatTensor<B>, dtype: FloatDType) -> FloatTensor<B> {
+/// them and `kernels` (the policy's) lets them run.
+pub(crate) fn convert<B: Backend>(
+    tensor: FloatTensor<B>,
+    dtype: FloatDType,
+    kernels: Kernels,
+) -> FloatTensor<B> {
     if self::dtype::<B>(&tensor) == dtype {
         return tensor;
     }
     match cpu::routed::<B>() {
-        Some(ops) if context::current(&B::float_device(&tensor)).kernels() == Kernels::Auto => {
-            (ops.cast)(tensor, dtype)
-        }
+        Some(ops) if kernels == Kernels::Auto => (ops.cast)(tensor, dtype),
         _ => B::float_cast(tensor, dtype),
     }
+}
+
+/// The policy in force for the device `tensor` lives on, checked against `B`: what an op
+/// asks once and hands to its casting rule.
+pub(crate) fn policy_of<B: Backend>(tensor: &FloatTensor<B>) -> Policy {
+    context::policy::<B>(&B::float_device(tensor))
 }
 
 /// The kernels a compute-class op hands its operands to uncast, with the format they round
@@ -98,8 +112,9 @@ pub(crate) fn matmul<B: Backend>(
     routed: Option<(RoutedOps<B>, Format)>,
     lhs: FloatTensor<B>,
     rhs: FloatTensor<B>,
-    target: FloatDType,
+    policy: &Policy,
 ) -> FloatTensor<B> {
+    let target = policy.compute_dtype();
     let [lhs, rhs] = match routed {
         Some((ops, format)) => {
             let shapes = [&lhs, &rhs].map(|t| (t.dtype(), t.shape().num_elements()));
@@ -115,7 +130,7 @@ pub(crate) fn matmul<B: Backend>(
         }
         None => [lhs, rhs],
     };
-    let [lhs, rhs] = [lhs, rhs].map(|t| to_target::<B>(t, target));
+    let [lhs, rhs] = [lhs, rhs].map(|t| to_target::<B>(t, target, policy));
     B::float_matmul(lhs, rhs)
 }
 
@@ -125,8 +140,9 @@ pub(crate) fn linear<B: Backend>(
     x: FloatTensor<B>,
     weight: FloatTensor<B>,
     bias: Option<FloatTensor<B>>,
-    target: FloatDType,
+    policy: &Policy,
 ) -> FloatTensor<B> {
+    let target = policy.compute_dtype();
     let (x, weight, bias) = match routed {
         Some((ops, format)) => {
             let shapes: Vec<_> = [Some(&x), Some(&weight), bias.as_ref()]
@@ -146,8 +162,8 @@ pub(crate) fn linear<B: Backend>(
         }
         None => (x, weight, bias),
     };
-    let [x, weight] = [x, weight].map(|t| to_target::<B>(t, target));
-    let bias = bias.map(|b| to_target::<B>(b, target));
+    let [x, weight] = [x, weight].map(|t| to_target::<B>(t, target, policy));
+    let bias = bias.map(|b| to_target::<B>(b, target, policy));
     B::linear(x, weight, bias)
 }
 
@@ -155,40 +171,36 @@ fn is_reduced(dtype: FloatDType) -> bool {
     matches!(dtype, FloatDType::F16 | FloatDType::BF16)
 }
 
-/// The compute dtype of the policy in force for the device `tensor` lives on.
-pub(crate) fn compute_dtype<B: Backend>(tensor: &FloatTensor<B>) -> FloatDType {
-    context::policy::<B>(&B::float_device(tensor)).compute_dtype()
-}
-
-/// The variable dtype of the policy in force for `device`.
-pub(crate) fn variable_dtype<B: Backend>(device: &B::Device) -> FloatDType {
-    context::policy::<B>(device).variable_dtype()
-}
-
 /// Casts an input of a compute-class op to `target`; f64 is left alone.
-pub(crate) fn to_target<B: Backend>(tensor: FloatTensor<B>, target: FloatDType) -> FloatTensor<B> {
+pub(crate) fn to_target<B: Backend>(
+    tensor: FloatTensor<B>,
+    target: FloatDType,
+    policy: &Policy,
+) -> FloatTensor<B> {
     if dtype::<B>(&tensor) == FloatDType::F64 {
         tensor
     } else {
-        cast::<B>(tensor, target)
+        cast::<B>(tensor, target, policy)
     }
 }
 
 /// Compute class: all inputs to the policy's compute dtype.
 pub(crate) fn to_compute<B: Backend, const N: usize>(
     tensors: [FloatTensor<B>; N],
+    policy: &Policy,
 ) -> [FloatTensor<B>; N] {
-    let target = compute_dtype::<B>(&tensors[0]);
-    tensors.map(|t| to_target::<B>(t, target))
+    let target = policy.compute_dtype();
+    tensors.map(|t| to_target::<B>(t, target, policy))
 }
 
 /// Float32 class: f16 and bf16 inputs to f32.
 pub(crate) fn to_f32<B: Backend, const N: usize>(
     tensors: [FloatTensor<B>; N],
+    policy: &Policy,
 ) -> [FloatTensor<B>; N] {
     tensors.map(|t| {
         if is_reduced(dtype::<B>(&t)) {
-            cast::<B>(t, FloatDType::F32)
+            cast::<B>(t, FloatDType::F32, policy)
         } else {
             t
         }
@@ -219,17 +231,24 @@ pub(crate) fn widest(dtypes: impl IntoIterator<Item = FloatDType>) -> Option<Flo
 /// Promote class: inputs of different dtypes meet in the widest one.
 pub(crate) fn to_widest<B: Backend, const N: usize>(
     tensors: [FloatTensor<B>; N],
+    policy: &Policy,
 ) -> [FloatTensor<B>; N] {
     match widest(tensors.iter().map(dtype::<B>)) {
-        Some(target) => tensors.map(|t| cast::<B>(t, target)),
+        Some(target) => tensors.map(|t| cast::<B>(t, target, policy)),
         None => tensors,
     }
 }
 
 /// Several inputs of a list (concatenation) meet in the widest dtype.
-pub(crate) fn vec_to_widest<B: Backend>(tensors: Vec<FloatTensor<B>>) -> Vec<FloatTensor<B>> {
+pub(crate) fn vec_to_widest<B: Backend>(
+    tensors: Vec<FloatTensor<B>>,
+    policy: &Policy,
+) -> Vec<FloatTensor<B>> {
     match widest(tensors.iter().map(dtype::<B>)) {
-        Some(target) => tensors.into_iter().map(|t| cast::<B>(t, target)).collect(),
+        Some(target) => tensors
+            .into_iter()
+            .map(|t| cast::<B>(t, target, policy))
+            .collect(),
         None => tensors,
     }
 }
@@ -237,9 +256,10 @@ pub(crate) fn vec_to_widest<B: Backend>(tensors: Vec<FloatTensor<B>>) -> Vec<Flo
 /// Assignment class: the written value takes the dtype of the tensor written into.
 pub(crate) fn to_dtype_of_first<B: Backend, const N: usize>(
     tensors: [FloatTensor<B>; N],
+    policy: &Policy,
 ) -> [FloatTensor<B>; N] {
     let target = dtype::<B>(&tensors[0]);
-    tensors.map(|t| cast::<B>(t, target))
+    tensors.map(|t| cast::<B>(t, target, policy))
 }
 
 #[cfg(test)]

@@ -27,9 +27,10 @@ macro_rules! autocast {
         $(
             #[inline]
             fn $name( $($cast : FloatTensor<Self>,)+ $($($arg : $ty),*)? ) -> $ret {
-                let [$($cast),+] = $crate::backend::autocast::$rule::<$inner, _>([$($cast),+]);
+                let policy = $crate::backend::autocast::policy_of::<$inner>([$(&$cast),+][0]);
+                let [$($cast),+] = $crate::backend::autocast::$rule::<$inner, _>([$($cast),+], &policy);
                 let runs_in = burn_tensor::TensorMetadata::dtype([$(&$cast),+][0]);
-                $crate::cost::op($crate::backend::autocast::class_of(stringify!($rule)), stringify!($name), Some(runs_in));
+                $crate::cost::op($crate::backend::autocast::class::$rule, stringify!($name), Some(runs_in));
                 $inner::$name( $($cast,)+ $($($arg),*)? )
             }
         )*

@@ -10,15 +10,13 @@
 //! Today: Flex and `Autodiff<Flex>` (both checkpointing strategies); every other backend
 //! runs its own ops.
 
-use core::any::{Any, TypeId};
-use std::collections::HashMap;
-use std::sync::LazyLock;
-
 use burn_amp_kernels::cpu::cast::Format;
 use burn_amp_kernels::cpu::optim::AdamwStep;
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
 use burn_tensor::{DType, FloatDType};
+
+use crate::registry::{Capability, Registry, Table};
 
 #[cfg(feature = "flex")]
 mod flex;
@@ -107,13 +105,18 @@ impl<B: Backend> Clone for RoutedOps<B> {
 
 impl<B: Backend> Copy for RoutedOps<B> {}
 
-type Table = HashMap<TypeId, Box<dyn Any + Send + Sync>>;
-
 /// Why a global: as the FP8 registry's, the answer to "is `B` Flex?" must be found by
 /// `TypeId` inside blanket impls. Built once, never written after.
-static ROUTED: LazyLock<Table> = LazyLock::new(|| {
+/// The capability [`RoutedOps`].
+struct Routes;
+
+impl Capability for Routes {
+    type Of<B: Backend> = RoutedOps<B>;
+}
+
+static ROUTED: Registry<Routes> = Registry::new(|| {
     #[allow(unused_mut)]
-    let mut table = Table::new();
+    let mut table = Table::<Routes>::default();
     #[cfg(feature = "flex")]
     {
         use self::flex;
@@ -122,22 +125,14 @@ static ROUTED: LazyLock<Table> = LazyLock::new(|| {
         use burn::backend::autodiff::checkpoint::strategy::{
             BalancedCheckpointing, NoCheckpointing,
         };
-        insert::<Flex>(&mut table, flex::ops());
-        insert::<Autodiff<Flex, NoCheckpointing>>(&mut table, flex::autodiff_ops());
-        insert::<Autodiff<Flex, BalancedCheckpointing>>(&mut table, flex::autodiff_ops());
+        table.insert::<Flex>(flex::ops());
+        table.insert::<Autodiff<Flex, NoCheckpointing>>(flex::autodiff_ops());
+        table.insert::<Autodiff<Flex, BalancedCheckpointing>>(flex::autodiff_ops());
     }
     table
 });
 
-#[allow(dead_code)]
-fn insert<B: Backend>(table: &mut Table, ops: RoutedOps<B>) {
-    table.insert(TypeId::of::<B>(), Box::new(ops));
-}
-
 /// `B`'s routed ops, if it has any.
 pub(crate) fn routed<B: Backend>() -> Option<RoutedOps<B>> {
-    ROUTED
-        .get(&TypeId::of::<B>())
-        .and_then(|ops| ops.downcast_ref::<RoutedOps<B>>())
-        .copied()
+    ROUTED.get::<B>()
 }

@@ -18,30 +18,10 @@ use burn_amp_kernels::optim::AdamwBuffers;
 
 use crate::accum::AccumBackend;
 use crate::cpu::{AdamwIn, AdamwOut, AdamwState, Routed};
+use crate::dtype::with_float;
 use crate::fp8::Fp8Backend;
 use crate::fp8::backend::composed_fake_quantize;
 use crate::optim::{AdamwKernel, kernel_takes};
-
-/// Runs `$body` with `$F` bound to the Rust type of the float dtype `$dtype`.
-macro_rules! with_float {
-    ($dtype:expr, $F:ident => $body:expr) => {
-        match $dtype {
-            DType::F32 | DType::Flex32 => {
-                type $F = f32;
-                $body
-            }
-            DType::F16 => {
-                type $F = half::f16;
-                $body
-            }
-            DType::BF16 => {
-                type $F = half::bf16;
-                $body
-            }
-            other => panic!("FP8 kernels take f32, f16 or bf16 tensors, not {other:?}"),
-        }
-    };
-}
 
 fn output<R: CubeRuntime>(
     like: &CubeTensor<R>,

@@ -117,25 +117,33 @@ fn register<B: FusionBackend + Fp8Backend + AccumBackend>(
     inputs: Vec<burn_fusion::FusionTensor<B::FusionRuntime>>,
     outputs: &[(usize, DType)],
 ) -> Vec<burn_fusion::FusionTensor<B::FusionRuntime>> {
+    let outputs = outputs
+        .iter()
+        .map(|(len, dtype)| (Shape::new([*len]), *dtype));
+    register_custom::<B, _>(name, inputs, outputs, |desc| Fp8Fused::<B> {
+        desc,
+        op,
+        _backend: PhantomData,
+    })
+}
+
+/// Registers the custom operation `make` builds from its description, on `inputs`, with
+/// outputs of the given shapes and dtypes, in the inputs' streams.
+fn register_custom<B: FusionBackend, O: Operation<B::FusionRuntime> + 'static>(
+    name: &'static str,
+    inputs: Vec<burn_fusion::FusionTensor<B::FusionRuntime>>,
+    outputs: impl IntoIterator<Item = (Shape, DType)>,
+    make: impl FnOnce(CustomOpIr) -> O,
+) -> Vec<burn_fusion::FusionTensor<B::FusionRuntime>> {
     let client = inputs[0].client.clone();
     let streams = OperationStreams::with_inputs(inputs.iter());
     let outputs: Vec<TensorIr> = outputs
-        .iter()
-        .map(|(len, dtype)| {
-            TensorIr::uninit(client.create_empty_handle(), Shape::new([*len]), *dtype)
-        })
+        .into_iter()
+        .map(|(shape, dtype)| TensorIr::uninit(client.create_empty_handle(), shape, dtype))
         .collect();
     let inputs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
     let desc = CustomOpIr::new(name, &inputs, &outputs);
-    client.register(
-        streams,
-        OperationIr::Custom(desc.clone()),
-        Fp8Fused::<B> {
-            desc,
-            op,
-            _backend: PhantomData,
-        },
-    )
+    client.register(streams, OperationIr::Custom(desc.clone()), make(desc))
 }
 
 impl<B: FusionBackend + Fp8Backend + AccumBackend> Fp8Backend for Fusion<B> {
@@ -330,24 +338,17 @@ impl<B: FusionBackend + AdamwKernel> AdamwKernel for Fusion<B> {
         if !takes || u32::try_from(len).is_err() {
             return Routed::Declined((param, grad, state));
         }
-        let client = param.client.clone();
         let shape = param.shape.clone();
         let mut inputs = vec![param, grad, state.m, state.v, state.time];
         inputs.extend(found.cloned());
-        let streams = OperationStreams::with_inputs(inputs.iter());
-        let outputs: Vec<TensorIr> = [shape.clone(), shape.clone(), shape, Shape::new([1])]
-            .into_iter()
-            .map(|shape| TensorIr::uninit(client.create_empty_handle(), shape, DType::F32))
-            .collect();
-        let inputs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
-        let desc = CustomOpIr::new("fused_adamw", &inputs, &outputs);
-        let op = AdamwFused::<B> {
-            desc: desc.clone(),
-            step: *step,
-            _backend: PhantomData,
-        };
-        let [param, m, v, time] = client
-            .register(streams, OperationIr::Custom(desc), op)
+        let outputs =
+            [shape.clone(), shape.clone(), shape, Shape::new([1])].map(|shape| (shape, DType::F32));
+        let [param, m, v, time] =
+            register_custom::<B, _>("fused_adamw", inputs, outputs, |desc| AdamwFused::<B> {
+                desc,
+                step: *step,
+                _backend: PhantomData,
+            })
             .outputs();
         Routed::Ran((param, AdamwState { m, v, time }))
     }

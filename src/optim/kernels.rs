@@ -4,10 +4,6 @@
 //! CubeCL kernel; and the Burn tensor-op version every other backend runs: the same
 //! arithmetic, op by op, as Burn's `AdamW`.
 
-use core::any::{Any, TypeId};
-use std::collections::HashMap;
-use std::sync::LazyLock;
-
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
 use burn_amp_kernels::cpu::optim::AdamwStep;
@@ -15,6 +11,7 @@ use burn_tensor::ops::FloatTensor;
 use burn_tensor::{Shape, TensorMetadata};
 
 use crate::cpu::{AdamwFn, AdamwIn, AdamwOut, AdamwState, Routed};
+use crate::registry::{Capability, Registry, Table};
 
 /// A backend with a fused AdamW kernel on its own tensors (Burn's CubeCL backends, and the
 /// fused backends over them): what the table below points at for the concrete types.
@@ -59,20 +56,25 @@ impl<B: Backend> Clone for OptimKernels<B> {
 
 impl<B: Backend> Copy for OptimKernels<B> {}
 
-type Table = HashMap<TypeId, Box<dyn Any + Send + Sync>>;
-
 /// Why a global: an optimizer's inner backend may be any `B`, and whether it is Flex (or a
 /// decorator of Flex) is answered by `TypeId`. Built once, never written after.
-static KERNELS: LazyLock<Table> = LazyLock::new(|| {
+/// The capability [`OptimKernels`].
+struct Kernels;
+
+impl Capability for Kernels {
+    type Of<B: Backend> = OptimKernels<B>;
+}
+
+static KERNELS: Registry<Kernels> = Registry::new(|| {
     #[allow(unused_mut)]
-    let mut table = Table::new();
+    let mut table = Table::<Kernels>::default();
     #[cfg(feature = "flex")]
     {
         use burn::backend::Flex;
         let adamw = crate::cpu::flex_adamw();
-        insert::<Flex>(&mut table, OptimKernels { adamw });
+        table.insert::<Flex>(OptimKernels { adamw });
         // The decorator's tensors are its inner backend's: the same function.
-        insert::<crate::MixedPrecision<Flex>>(&mut table, OptimKernels { adamw });
+        table.insert::<crate::MixedPrecision<Flex>>(OptimKernels { adamw });
     }
     #[cfg(feature = "wgpu")]
     {
@@ -93,22 +95,14 @@ static KERNELS: LazyLock<Table> = LazyLock::new(|| {
 
 /// `B`'s kernel, for `B` and for the decorator over it (whose tensors are `B`'s).
 #[allow(dead_code)]
-fn cube_kernels<B: AdamwKernel>(table: &mut Table) {
+fn cube_kernels<B: AdamwKernel>(table: &mut Table<Kernels>) {
     let adamw: AdamwFn<B> = B::fused_adamw;
-    insert::<B>(table, OptimKernels { adamw });
-    insert::<crate::MixedPrecision<B>>(table, OptimKernels { adamw });
-}
-
-#[allow(dead_code)]
-fn insert<B: Backend>(table: &mut Table, kernels: OptimKernels<B>) {
-    table.insert(TypeId::of::<B>(), Box::new(kernels));
+    table.insert::<B>(OptimKernels { adamw });
+    table.insert::<crate::MixedPrecision<B>>(OptimKernels { adamw });
 }
 
 fn lookup<B: Backend>() -> Option<OptimKernels<B>> {
-    KERNELS
-        .get(&TypeId::of::<B>())
-        .and_then(|k| k.downcast_ref::<OptimKernels<B>>())
-        .copied()
+    KERNELS.get::<B>()
 }
 
 fn flat<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 1> {

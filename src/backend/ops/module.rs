@@ -16,17 +16,15 @@ use crate::backend::autocast;
 use crate::context::{self, with_policy};
 use crate::cost::{self, OpClass};
 
-/// Casts the inputs of a compute-class module op (`x` first, then the others) to the
-/// compute dtype of the policy in force for `x`'s device.
+/// Casts the inputs of a compute-class module op to the compute dtype of `$policy` (the
+/// op's, resolved once).
 macro_rules! compute_inputs {
-    ($x:ident $(, $t:ident)* $(; $($opt:ident),+)?) => {
-        compute_inputs!(@target autocast::compute_dtype::<B>(&$x); $x $(, $t)* $(; $($opt),+)?);
-    };
-    (@target $target:expr; $x:ident $(, $t:ident)* $(; $($opt:ident),+)?) => {
-        let target = $target;
-        let $x = autocast::to_target::<B>($x, target);
-        $( let $t = autocast::to_target::<B>($t, target); )*
-        $($( let $opt = $opt.map(|t| autocast::to_target::<B>(t, target)); )+)?
+    ($policy:expr; $x:ident $(, $t:ident)* $(; $($opt:ident),+)?) => {
+        let policy = $policy;
+        let target = policy.compute_dtype();
+        let $x = autocast::to_target::<B>($x, target, &policy);
+        $( let $t = autocast::to_target::<B>($t, target, &policy); )*
+        $($( let $opt = $opt.map(|t| autocast::to_target::<B>(t, target, &policy)); )+)?
     };
 }
 
@@ -42,7 +40,7 @@ macro_rules! conv_ops {
             ) -> FloatTensor<Self> {
                 let op = context::resolve::<B>(&B::float_device(&x));
                 cost::op(OpClass::Compute, stringify!($name), Some(op.policy.compute_dtype().into()));
-                compute_inputs!(@target op.policy.compute_dtype(); x, weight; bias);
+                compute_inputs!(op.policy; x, weight; bias);
                 op.compute(stringify!($name), x, weight, |x, weight| {
                     B::$name(x, weight, bias, options)
                 })
@@ -65,11 +63,11 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         let routed = autocast::routed::<B>(&op.policy)
             .filter(|_| !autocast::any_f64::<B>(&[Some(&x), Some(&weight), bias.as_ref()]));
         if routed.is_some() && op.fp8.is_none() {
-            return autocast::linear::<B>(routed, x, weight, bias, target);
+            return autocast::linear::<B>(routed, x, weight, bias, &op.policy);
         }
-        compute_inputs!(@target target; x, weight; bias);
+        compute_inputs!(op.policy; x, weight; bias);
         op.compute("linear", x, weight, |x, weight| {
-            autocast::linear::<B>(routed, x, weight, bias, target)
+            autocast::linear::<B>(routed, x, weight, bias, &op.policy)
         })
     }
 
@@ -90,7 +88,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         bias: Option<FloatTensor<Self>>,
         options: DeformConvOptions<2>,
     ) -> FloatTensor<Self> {
-        compute_inputs!(x, offset, weight; mask, bias);
+        compute_inputs!(autocast::policy_of::<B>(&x); x, offset, weight; mask, bias);
         cost::op(OpClass::Compute, "deform_conv2d", Some(x.dtype()));
         B::deform_conv2d(x, offset, weight, mask, bias, options)
     }
@@ -104,19 +102,19 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         options: AttentionModuleOptions,
     ) -> FloatTensor<Self> {
         let device = B::float_device(&query);
+        let policy = context::policy::<B>(&device);
         if B::ad_enabled(&device) {
             // An autodiff backend decomposes attention into matmuls and a softmax anyway;
             // decomposing it here instead sends those ops through the casting rules, so
             // the scores' softmax runs in f32 and the two matmuls in the compute dtype (not
             // in FP8: FP8 recipes leave attention's products in 16 bits, so they run under
             // the same policy without FP8).
-            let policy = context::policy::<B>(&device);
             return with_policy(policy.without_fp8(), || {
                 attention_fallback::<Self>(query, key, value, mask, attn_bias, options)
             });
         }
         // Inference keeps the inner backend's fused kernel, fed in the compute dtype.
-        compute_inputs!(query, key, value; attn_bias);
+        compute_inputs!(policy; query, key, value; attn_bias);
         cost::op(OpClass::Compute, "attention", Some(query.dtype()));
         B::attention(query, key, value, mask, attn_bias, options)
     }
@@ -124,9 +122,10 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     /// The lookup runs on the f32 table (only the rows looked up are cast, not the table);
     /// its output joins the other activations in the compute dtype, as in Keras.
     fn embedding(weights: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
-        let target = autocast::compute_dtype::<B>(&weights);
+        let policy = autocast::policy_of::<B>(&weights);
+        let target = policy.compute_dtype();
         cost::op(OpClass::Compute, "embedding", Some(target.into()));
-        autocast::to_target::<B>(B::embedding(weights, indices), target)
+        autocast::to_target::<B>(B::embedding(weights, indices), target, &policy)
     }
 
     fn layer_norm(
@@ -135,9 +134,10 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         beta: Option<FloatTensor<Self>>,
         epsilon: f64,
     ) -> FloatTensor<Self> {
-        let [tensor, gamma] = autocast::to_f32::<B, 2>([tensor, gamma]);
+        let policy = autocast::policy_of::<B>(&tensor);
+        let [tensor, gamma] = autocast::to_f32::<B, 2>([tensor, gamma], &policy);
         let beta = beta.map(|b| {
-            let [b] = autocast::to_f32::<B, 1>([b]);
+            let [b] = autocast::to_f32::<B, 1>([b], &policy);
             b
         });
         cost::op(OpClass::Float32, "layer_norm", Some(tensor.dtype()));
@@ -151,7 +151,9 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         target_lengths: IntTensor<Self>,
         blank: usize,
     ) -> FloatTensor<Self> {
-        let [log_probs] = autocast::to_f32::<B, 1>([log_probs]);
+        let policy = autocast::policy_of::<B>(&log_probs);
+        let [log_probs] = autocast::to_f32::<B, 1>([log_probs], &policy);
+        cost::op(OpClass::Float32, "ctc_loss", Some(log_probs.dtype()));
         B::ctc_loss(log_probs, targets, input_lengths, target_lengths, blank)
     }
 
@@ -160,7 +162,9 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         dim: usize,
         n: Option<usize>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let [signal] = autocast::to_f32::<B, 1>([signal]);
+        let policy = autocast::policy_of::<B>(&signal);
+        let [signal] = autocast::to_f32::<B, 1>([signal], &policy);
+        cost::op(OpClass::Float32, "rfft", Some(signal.dtype()));
         B::rfft(signal, dim, n)
     }
 
@@ -170,7 +174,9 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         dim: usize,
         n: Option<usize>,
     ) -> FloatTensor<Self> {
-        let [re, im] = autocast::to_f32::<B, 2>([spectrum_re, spectrum_im]);
+        let policy = autocast::policy_of::<B>(&spectrum_re);
+        let [re, im] = autocast::to_f32::<B, 2>([spectrum_re, spectrum_im], &policy);
+        cost::op(OpClass::Float32, "irfft", Some(re.dtype()));
         B::irfft(re, im, dim, n)
     }
 
@@ -185,7 +191,8 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         output_grad: FloatTensor<Self>,
         options: DeformConvOptions<2>,
     ) -> DeformConv2dBackward<Self> {
-        compute_inputs!(x, offset, weight, output_grad; mask, bias);
+        compute_inputs!(autocast::policy_of::<B>(&x); x, offset, weight, output_grad; mask, bias);
+        cost::op(OpClass::Compute, "deform_conv2d_backward", Some(x.dtype()));
         let g = B::deform_conv2d_backward(x, offset, weight, mask, bias, output_grad, options);
         DeformConv2dBackward::new(
             g.x_grad,
@@ -204,6 +211,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         dilation: usize,
         ceil_mode: bool,
     ) -> MaxPool1dWithIndices<Self> {
+        cost::forwarded("max_pool1d_with_indices");
         let out = B::max_pool1d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode);
         MaxPool1dWithIndices::new(out.output, out.indices)
     }
@@ -218,7 +226,13 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         output_grad: FloatTensor<Self>,
         indices: IntTensor<Self>,
     ) -> MaxPool1dBackward<Self> {
-        let [x, output_grad] = autocast::to_widest::<B, 2>([x, output_grad]);
+        let policy = autocast::policy_of::<B>(&x);
+        let [x, output_grad] = autocast::to_widest::<B, 2>([x, output_grad], &policy);
+        cost::op(
+            OpClass::Promote,
+            "max_pool1d_with_indices_backward",
+            Some(x.dtype()),
+        );
         let g = B::max_pool1d_with_indices_backward(
             x,
             kernel_size,
@@ -240,6 +254,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         dilation: [usize; 2],
         ceil_mode: bool,
     ) -> MaxPool2dWithIndices<Self> {
+        cost::forwarded("max_pool2d_with_indices");
         let out = B::max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode);
         MaxPool2dWithIndices::new(out.output, out.indices)
     }
@@ -254,7 +269,13 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         output_grad: FloatTensor<Self>,
         indices: IntTensor<Self>,
     ) -> MaxPool2dBackward<Self> {
-        let [x, output_grad] = autocast::to_widest::<B, 2>([x, output_grad]);
+        let policy = autocast::policy_of::<B>(&x);
+        let [x, output_grad] = autocast::to_widest::<B, 2>([x, output_grad], &policy);
+        cost::op(
+            OpClass::Promote,
+            "max_pool2d_with_indices_backward",
+            Some(x.dtype()),
+        );
         let g = B::max_pool2d_with_indices_backward(
             x,
             kernel_size,
@@ -309,7 +330,13 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         grad_loss: FloatTensor<Self>,
         blank: usize,
     ) -> FloatTensor<Self> {
-        let [log_probs, grad_loss] = autocast::to_f32::<B, 2>([log_probs, grad_loss]);
+        let policy = autocast::policy_of::<B>(&log_probs);
+        let [log_probs, grad_loss] = autocast::to_f32::<B, 2>([log_probs, grad_loss], &policy);
+        cost::op(
+            OpClass::Float32,
+            "ctc_loss_backward",
+            Some(log_probs.dtype()),
+        );
         B::ctc_loss_backward(
             log_probs,
             targets,

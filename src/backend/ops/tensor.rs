@@ -19,7 +19,7 @@ use crate::cost::{self, OpClass};
 /// created in f32 is created in the variable dtype instead; explicit other dtypes are kept.
 fn creation_dtype<B: Backend>(device: &B::Device, requested: FloatDType) -> FloatDType {
     match requested {
-        FloatDType::F32 => autocast::variable_dtype::<B>(device),
+        FloatDType::F32 => context::policy::<B>(device).variable_dtype(),
         other => other,
     }
 }
@@ -34,18 +34,19 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         let routed = autocast::routed::<B>(&op.policy)
             .filter(|_| !autocast::any_f64::<B>(&[Some(&lhs), Some(&rhs)]));
         if routed.is_some() && op.fp8.is_none() {
-            return autocast::matmul::<B>(routed, lhs, rhs, target);
+            return autocast::matmul::<B>(routed, lhs, rhs, &op.policy);
         }
-        let [lhs, rhs] = [lhs, rhs].map(|t| autocast::to_target::<B>(t, target));
+        let [lhs, rhs] = [lhs, rhs].map(|t| autocast::to_target::<B>(t, target, &op.policy));
         op.compute("matmul", lhs, rhs, |lhs, rhs| {
-            autocast::matmul::<B>(routed, lhs, rhs, target)
+            autocast::matmul::<B>(routed, lhs, rhs, &op.policy)
         })
     }
 
     /// On burn-amp's vectorised casts where the backend has them (Flex).
     fn float_cast(tensor: FloatTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {
         cost::op(OpClass::Forwarded, "float_cast", Some(dtype.into()));
-        autocast::convert::<B>(tensor, dtype)
+        let kernels = context::current(&B::float_device(&tensor)).kernels();
+        autocast::convert::<B>(tensor, dtype, kernels)
     }
 
     /// A tensor made a variable (a `Param`, or an optimizer's updated parameter) in f32
@@ -56,8 +57,8 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     fn float_set_require_grad(tensor: FloatTensor<Self>, require_grad: bool) -> FloatTensor<Self> {
         cost::forwarded("float_set_require_grad");
         let tensor = if require_grad && autocast::dtype::<B>(&tensor) == FloatDType::F32 {
-            let variable = autocast::variable_dtype::<B>(&B::float_device(&tensor));
-            autocast::cast::<B>(tensor, variable)
+            let policy = autocast::policy_of::<B>(&tensor);
+            autocast::cast::<B>(tensor, policy.variable_dtype(), &policy)
         } else {
             tensor
         };
@@ -68,7 +69,12 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         cost::op(OpClass::Create, "float_from_data", None);
         let requested = FloatDType::from(data.dtype);
         let tensor = B::float_from_data(data, device);
-        autocast::cast::<B>(tensor, creation_dtype::<B>(device, requested))
+        let policy = context::policy::<B>(device);
+        let dtype = match requested {
+            FloatDType::F32 => policy.variable_dtype(),
+            other => other,
+        };
+        autocast::cast::<B>(tensor, dtype, &policy)
     }
 
     fn float_random(
@@ -118,7 +124,11 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
 
     fn float_cat(tensors: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
         cost::op(OpClass::Promote, "float_cat", None);
-        B::float_cat(autocast::vec_to_widest::<B>(tensors), dim)
+        let Some(first) = tensors.first() else {
+            return B::float_cat(tensors, dim);
+        };
+        let policy = autocast::policy_of::<B>(first);
+        B::float_cat(autocast::vec_to_widest::<B>(tensors, &policy), dim)
     }
 
     fn float_mask_where(
@@ -126,7 +136,8 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         mask: BoolTensor<Self>,
         value: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        let [tensor, value] = autocast::to_widest::<B, 2>([tensor, value]);
+        let policy = autocast::policy_of::<B>(&tensor);
+        let [tensor, value] = autocast::to_widest::<B, 2>([tensor, value], &policy);
         cost::op(OpClass::Promote, "float_mask_where", Some(tensor.dtype()));
         B::float_mask_where(tensor, mask, value)
     }
@@ -136,8 +147,13 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         slices: &[Slice],
         value: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value]);
-        cost::op(OpClass::Assign, "float_slice_assign", None);
+        let policy = autocast::policy_of::<B>(&tensor);
+        let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value], &policy);
+        cost::op(
+            autocast::class::to_dtype_of_first,
+            "float_slice_assign",
+            None,
+        );
         B::float_slice_assign(tensor, slices, value)
     }
 
@@ -147,8 +163,13 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         indices: IntTensor<Self>,
         value: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value]);
-        cost::op(OpClass::Assign, "float_scatter_add", None);
+        let policy = autocast::policy_of::<B>(&tensor);
+        let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value], &policy);
+        cost::op(
+            autocast::class::to_dtype_of_first,
+            "float_scatter_add",
+            None,
+        );
         B::float_scatter_add(dim, tensor, indices, value)
     }
 
@@ -158,8 +179,9 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         indices: IntTensor<Self>,
         value: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value]);
-        cost::op(OpClass::Assign, "float_select_add", None);
+        let policy = autocast::policy_of::<B>(&tensor);
+        let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value], &policy);
+        cost::op(autocast::class::to_dtype_of_first, "float_select_add", None);
         B::float_select_add(tensor, dim, indices, value)
     }
 
@@ -169,8 +191,9 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         values: FloatTensor<Self>,
         reduction: IndexingUpdateOp,
     ) -> FloatTensor<Self> {
-        let [data, values] = autocast::to_dtype_of_first::<B, 2>([data, values]);
-        cost::op(OpClass::Assign, "float_scatter_nd", None);
+        let policy = autocast::policy_of::<B>(&data);
+        let [data, values] = autocast::to_dtype_of_first::<B, 2>([data, values], &policy);
+        cost::op(autocast::class::to_dtype_of_first, "float_scatter_nd", None);
         B::float_scatter_nd(data, indices, values, reduction)
     }
 

@@ -7,7 +7,7 @@ use burn_amp_kernels::cpu::{Isa, cast};
 use burn_tensor::ops::FloatTensorOps;
 use burn_tensor::{Bytes, DType, FloatDType};
 
-use super::tensor::with_elem;
+use crate::dtype::with_float;
 
 /// `t` in `dtype`. Views that cover their buffer in some order of dimensions (a transposed
 /// weight) are cast in place of a copy, keeping their strides; other views are made
@@ -27,9 +27,9 @@ pub(crate) fn cast(t: FlexTensor, dtype: FloatDType) -> FlexTensor {
     };
     let isa = Isa::detect();
     let layout = t.layout().clone();
-    let bytes = with_elem!(t.dtype(), S => {
+    let bytes = with_float!(t.dtype(), S => {
         let src = &t.storage::<S>()[..layout.num_elements()];
-        with_elem!(target, D => {
+        with_float!(target, D => {
             Bytes::from_elems(cast::to_vec::<S, D>(isa, src))
         }, _ => unreachable!("checked above"))
     }, _ => unreachable!("checked above"));

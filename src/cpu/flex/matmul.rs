@@ -10,7 +10,8 @@ use burn_amp_kernels::cpu::{Isa, cast};
 use burn_tensor::{DType, Shape};
 use rayon::prelude::*;
 
-use super::tensor::{flatten_rows, format, from_vec, matrix, reshaped, with_elem, zeros};
+use super::tensor::{flatten_rows, format, from_vec, matrix, reshaped, zeros};
+use crate::dtype::with_float;
 
 /// How a matmul's operands line up.
 #[derive(Clone, Debug)]
@@ -203,7 +204,7 @@ pub(crate) fn linear_grads(
 fn values_f32(t: &FlexTensor) -> Vec<f32> {
     let t = t.to_contiguous();
     let n = t.layout().num_elements();
-    with_elem!(t.dtype(), T => {
+    with_float!(t.dtype(), T => {
         cast::to_vec::<T, f32>(Isa::detect(), &t.storage::<T>()[..n])
     }, _ => panic!("a bias of dtype {:?}", t.dtype()))
 }
@@ -219,7 +220,7 @@ fn column_sums(g: &FlexTensor, dtype: DType) -> FlexTensor {
     let (rows, cols) = (layout.shape()[0], layout.shape()[1]);
     let (start, row_stride) = (layout.start_offset(), layout.strides()[0]);
     let isa = Isa::detect();
-    let sums = with_elem!(g.dtype(), T => {
+    let sums = with_float!(g.dtype(), T => {
         let data = g.storage::<T>();
         let partial = |range: core::ops::Range<usize>| {
             let mut acc = vec![0f32; cols];
@@ -240,7 +241,7 @@ fn column_sums(g: &FlexTensor, dtype: DType) -> FlexTensor {
                 a
             })
     }, _ => panic!("a gradient of dtype {:?}", g.dtype()));
-    with_elem!(dtype, D => {
+    with_float!(dtype, D => {
         from_vec::<D>(cast::to_vec::<f32, D>(isa, &sums), Shape::new([cols]))
     }, _ => panic!("a bias of dtype {dtype:?}"))
 }
@@ -257,9 +258,9 @@ fn product(
     out: DType,
 ) -> FlexTensor {
     let kernel = Kernel::select(Isa::detect(), format);
-    with_elem!(a.dtype(), A => {
-        with_elem!(b.dtype(), B => {
-            with_elem!(out, C => {
+    with_float!(a.dtype(), A => {
+        with_float!(b.dtype(), B => {
+            with_float!(out, C => {
                 typed_product::<A, B, C>(kernel, a, a_t, b, b_t, bias.as_deref())
             }, _ => panic!("a product in {out:?}"))
         }, _ => panic!("an operand of dtype {:?}", b.dtype()))

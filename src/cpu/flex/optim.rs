@@ -9,7 +9,7 @@ use burn_amp_kernels::cpu::{Isa, cast::CpuFloat};
 use burn_tensor::DType;
 
 use super::super::{AdamwIn, AdamwOut, AdamwState, Routed};
-use super::tensor::with_elem;
+use crate::dtype::with_float;
 use burn::backend::Flex;
 
 /// The one value of a one-value f32 tensor.
@@ -57,7 +57,7 @@ pub(crate) fn adamw(
     let at = step.at(t);
     let isa = Isa::detect();
     let n = param.layout().num_elements();
-    with_elem!(grad.dtype(), G => {
+    with_float!(grad.dtype(), G => {
         let g = &grad.storage::<G>()[..n];
         run(isa, &mut param, g, &mut m, &mut v, &at);
     }, _ => unreachable!("checked above"));
@@ -101,7 +101,7 @@ pub(crate) fn count_nonfinite(grad: &FlexTensor) -> Option<FlexTensor> {
     let grad = grad.to_contiguous();
     let n = grad.layout().num_elements();
     let isa = Isa::detect();
-    let count = with_elem!(grad.dtype(), T => {
+    let count = with_float!(grad.dtype(), T => {
         optim::count_nonfinite(isa, &grad.storage::<T>()[..n])
     }, _ => return None);
     Some(FlexTensor::from_data(burn_tensor::TensorData::new(

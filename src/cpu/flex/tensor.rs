@@ -5,29 +5,6 @@ use burn_amp_kernels::cpu::cast::{CpuFloat, Format};
 use burn_amp_kernels::cpu::gemm::MatRef;
 use burn_tensor::{Bytes, DType, Element, Shape};
 
-/// Runs `$body` with `$T` bound to the Rust type of `$dtype` when the CPU kernels take it
-/// (f32, bf16, f16), else evaluates `$other`.
-macro_rules! with_elem {
-    ($dtype:expr, $T:ident => $body:expr, _ => $other:expr) => {
-        match $dtype {
-            burn_tensor::DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            burn_tensor::DType::BF16 => {
-                type $T = half::bf16;
-                $body
-            }
-            burn_tensor::DType::F16 => {
-                type $T = half::f16;
-                $body
-            }
-            _ => $other,
-        }
-    };
-}
-pub(super) use with_elem;
-
 /// The kernels' format of a Burn dtype, if they take it.
 pub(super) fn format(dtype: DType) -> Option<Format> {
     match dtype {

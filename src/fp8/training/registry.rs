@@ -4,10 +4,6 @@
 //! pointers registered by [`register`]. The backends burn-amp is built with are registered
 //! on first use.
 
-use core::any::{Any, TypeId};
-use std::collections::HashMap;
-use std::sync::{LazyLock, RwLock};
-
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::{
     BalancedCheckpointing, CheckpointStrategy, NoCheckpointing,
@@ -17,6 +13,7 @@ use burn_tensor::ops::FloatTensor;
 
 use super::quant::{self, Plan, Quantize};
 use crate::fp8::Fp8Backend;
+use crate::registry::{Capability, Registry, Table};
 
 /// Quantizes a tensor for one role of one site as its [`Plan`] says.
 pub(crate) type QuantFn<B> = fn(FloatTensor<B>, Plan) -> FloatTensor<B>;
@@ -47,54 +44,49 @@ impl<B: Backend> Clone for Fp8Ops<B> {
 
 impl<B: Backend> Copy for Fp8Ops<B> {}
 
-type Registry = HashMap<TypeId, Box<dyn Any + Send + Sync>>;
-
 /// Why a global: `MixedPrecision<B>` wraps any `B`, and Rust cannot ask inside its blanket
 /// impls whether `B: Fp8Backend`; registration by `TypeId` is how the answer is found.
-static REGISTRY: LazyLock<RwLock<Registry>> = LazyLock::new(|| {
-    let mut map = Registry::new();
-    register_builtin(&mut map);
-    RwLock::new(map)
+/// The capability [`Fp8Ops`].
+struct Fp8;
+
+impl Capability for Fp8 {
+    type Of<B: Backend> = Fp8Ops<B>;
+}
+
+static FP8_OPS: Registry<Fp8> = Registry::new(|| {
+    let mut table = Table::default();
+    register_builtin(&mut table);
+    table
 });
 
-fn insert<B: Backend>(map: &mut Registry, ops: Fp8Ops<B>) {
-    map.insert(TypeId::of::<B>(), Box::new(ops));
+fn insert_autodiff<I: Fp8Backend, C: CheckpointStrategy>(table: &mut Table<Fp8>) {
+    table.insert::<Autodiff<I, C>>(Fp8Ops {
+        quantize: <Autodiff<I, C> as Quantize>::straight_through,
+        quantize_grad: Some(<Autodiff<I, C> as Quantize>::quantize_grad),
+        aps: None,
+    });
 }
 
-fn insert_autodiff<I: Fp8Backend, C: CheckpointStrategy>(map: &mut Registry) {
-    insert::<Autodiff<I, C>>(
-        map,
-        Fp8Ops {
-            quantize: <Autodiff<I, C> as Quantize>::straight_through,
-            quantize_grad: Some(<Autodiff<I, C> as Quantize>::quantize_grad),
-            aps: None,
-        },
-    );
-}
-
-fn insert_all<I: Fp8Backend>(map: &mut Registry) {
-    insert::<I>(
-        map,
-        Fp8Ops {
-            quantize: quant::fake_quantize::<I>,
-            quantize_grad: None,
-            aps: Some(super::aps::aps_e5m2::<I>),
-        },
-    );
-    insert_autodiff::<I, NoCheckpointing>(map);
-    insert_autodiff::<I, BalancedCheckpointing>(map);
+fn insert_all<I: Fp8Backend>(table: &mut Table<Fp8>) {
+    table.insert::<I>(Fp8Ops {
+        quantize: quant::fake_quantize::<I>,
+        quantize_grad: None,
+        aps: Some(super::aps::aps_e5m2::<I>),
+    });
+    insert_autodiff::<I, NoCheckpointing>(table);
+    insert_autodiff::<I, BalancedCheckpointing>(table);
 }
 
 #[allow(unused_variables)]
-fn register_builtin(map: &mut Registry) {
+fn register_builtin(table: &mut Table<Fp8>) {
     #[cfg(feature = "flex")]
-    insert_all::<burn::backend::Flex>(map);
+    insert_all::<burn::backend::Flex>(table);
     #[cfg(feature = "ndarray")]
-    insert_all::<burn::backend::NdArray>(map);
+    insert_all::<burn::backend::NdArray>(table);
     #[cfg(feature = "wgpu")]
-    insert_all::<burn::backend::Wgpu>(map);
+    insert_all::<burn::backend::Wgpu>(table);
     #[cfg(feature = "cuda")]
-    insert_all::<burn::backend::Cuda>(map);
+    insert_all::<burn::backend::Cuda>(table);
 }
 
 /// Lets FP8 policies run on `MixedPrecision<I>` and `MixedPrecision<Autodiff<I>>` (both
@@ -112,14 +104,10 @@ fn register_builtin(map: &mut Registry) {
 /// # Ok::<(), burn_amp::PolicyError>(())
 /// ```
 pub fn register<I: Fp8Backend>() {
-    let mut map = REGISTRY.write().unwrap_or_else(|e| e.into_inner());
-    insert_all::<I>(&mut map);
+    FP8_OPS.register(insert_all::<I>);
 }
 
 /// The FP8 operations of `B`, if registered.
 pub(crate) fn lookup<B: Backend>() -> Option<Fp8Ops<B>> {
-    let map = REGISTRY.read().unwrap_or_else(|e| e.into_inner());
-    map.get(&TypeId::of::<B>())
-        .and_then(|ops| ops.downcast_ref::<Fp8Ops<B>>())
-        .copied()
+    FP8_OPS.get::<B>()
 }
