@@ -164,16 +164,15 @@ fn compare(group: &MpiCollective, digest: u64) -> Result<(), String> {
     let parts: Vec<f32> = (0..4)
         .map(|i| ((digest >> (16 * i)) & 0xffff) as f32)
         .collect();
-    let negated = parts.iter().map(|p| -p).collect();
-    let max = group
-        .all_reduce_max_host(parts)
-        .map_err(|e| e.to_string())?;
-    let min: Vec<f32> = group
-        .all_reduce_max_host(negated)
-        .map_err(|e| e.to_string())?
-        .into_iter()
-        .map(|p| -p)
+    // The maxima of the parts and of their negations (minus the minima), in one call.
+    let both: Vec<f32> = parts
+        .iter()
+        .copied()
+        .chain(parts.iter().map(|p| -p))
         .collect();
+    let reduced = group.all_reduce_max_host(both).map_err(|e| e.to_string())?;
+    let (max, negated_min) = reduced.split_at(parts.len());
+    let min: Vec<f32> = negated_min.iter().map(|p| -p).collect();
     if max != min {
         return Err(format!(
             "the replicas' parameters differ (this rank's digest {digest:016x})"

@@ -113,12 +113,14 @@ pub struct LossScale {
 
 impl core::fmt::Debug for LossScale {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        let [scale, good, skipped] = self.current();
+        // What the public readers report (a following handle: its replica's), all from one.
+        let reported = self.reported();
+        let [scale, good, skipped] = reported.current();
         f.debug_struct("LossScale")
             .field("scale", &scale)
             .field("good_steps", &(good as u64))
             .field("skipped_steps", &(skipped as u64))
-            .field("total_steps", &self.total_steps())
+            .field("total_steps", &reported.lock().total_steps)
             .finish()
     }
 }

@@ -118,45 +118,48 @@ fn mlp_step<O: Optimizer<Mlp<Fx>, Fx>>(
 fn a_replicas_clone_steps_its_own_scale_without_moving_the_originals() {
     let _serial = serial();
     let device = FxDevice::default();
-    with_policy(Policy::mixed_float16(), || {
-        for bound_to_device in [true, false] {
-            let config = scaled(512.0);
-            let original = if bound_to_device {
-                config.init_on(sgd::<Fx>(), &[device]).unwrap()
-            } else {
-                config.init(sgd::<Fx>()).unwrap()
-            };
-            let metric = original.handle();
-            let mut replica = original.clone();
-            let model = Mlp::<Fx>::new(8, 16, 4, &device);
-            // The replica's first backward ran through the original's binding; its step
-            // takes the device over with that pass's state and skips the overflow.
-            let model = mlp_step(&mut replica, model, true, &device);
-            assert_eq!(
-                replica.loss_scale(),
-                256.0,
-                "bound to device: {bound_to_device}"
-            );
-            assert_eq!((replica.total_steps(), replica.skipped_steps()), (1, 1));
-            assert_eq!(original.loss_scale(), 512.0, "the original's scale moved");
-            assert_eq!((original.total_steps(), original.skipped_steps()), (0, 0));
-            // From now on backward passes on the device apply the replica's scale.
-            assert_eq!(tiny_grad(&device).1, 256.0);
-            let _ = mlp_step(&mut replica, model, false, &device);
-            assert_eq!((replica.total_steps(), replica.skipped_steps()), (2, 1));
-            assert_eq!(replica.loss_scale(), 256.0);
-            assert_eq!(original.total_steps(), 0);
-            // A metric's handle on the original reports the replica, the one that steps.
-            assert_eq!((metric.scale(), metric.total_steps()), (256.0, 2));
-            drop(replica);
-            assert_eq!((metric.scale(), metric.total_steps()), (512.0, 0));
-            assert_eq!(
-                tiny_grad(&device).1,
-                512.0,
-                "with the replica gone, the device falls back to the original"
-            );
-        }
-    });
+    // The mixed policy, and `float16` (16-bit variables), both scaled.
+    for policy in [Policy::mixed_float16(), Policy::float16()] {
+        with_policy(policy, || {
+            for bound_to_device in [true, false] {
+                let config = scaled(512.0);
+                let original = if bound_to_device {
+                    config.init_on(sgd::<Fx>(), &[device]).unwrap()
+                } else {
+                    config.init(sgd::<Fx>()).unwrap()
+                };
+                let metric = original.handle();
+                let mut replica = original.clone();
+                let model = Mlp::<Fx>::new(8, 16, 4, &device);
+                // The replica's first backward ran through the original's binding; its step
+                // takes the device over with that pass's state and skips the overflow.
+                let model = mlp_step(&mut replica, model, true, &device);
+                assert_eq!(
+                    replica.loss_scale(),
+                    256.0,
+                    "{policy}, bound to device: {bound_to_device}"
+                );
+                assert_eq!((replica.total_steps(), replica.skipped_steps()), (1, 1));
+                assert_eq!(original.loss_scale(), 512.0, "the original's scale moved");
+                assert_eq!((original.total_steps(), original.skipped_steps()), (0, 0));
+                // From now on backward passes on the device apply the replica's scale.
+                assert_eq!(tiny_grad(&device).1, 256.0);
+                let _ = mlp_step(&mut replica, model, false, &device);
+                assert_eq!((replica.total_steps(), replica.skipped_steps()), (2, 1));
+                assert_eq!(replica.loss_scale(), 256.0);
+                assert_eq!(original.total_steps(), 0);
+                // A metric's handle on the original reports the replica, the one that steps.
+                assert_eq!((metric.scale(), metric.total_steps()), (256.0, 2));
+                drop(replica);
+                assert_eq!((metric.scale(), metric.total_steps()), (512.0, 0));
+                assert_eq!(
+                    tiny_grad(&device).1,
+                    512.0,
+                    "with the replica gone, the device falls back to the original"
+                );
+            }
+        });
+    }
 }
 
 #[test]
