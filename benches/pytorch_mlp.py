@@ -2,7 +2,7 @@
 """PyTorch's mixed/float32 training-step ratio for the workloads of `examples/bench`.
 
 The same models as `examples/bench/models.rs` (the Keras guide's MLP 784-4096-4096-10 at
-batch 128, and a Transformer encoder d=256 x4, seq 128, batch 16), the same optimizer
+batch 128, a Transformer encoder d=256 x4, seq 128, batch 16, and a small CNN), the same optimizer
 (Adam, lr 1e-4; PyTorch's fastest, `fused=True`) and the same timing method: float32 and mixed steps timed alternately
 (ABAB...), the median of several runs with min and max. Mixed precision is PyTorch's
 own recipe: `torch.autocast` plus `torch.amp.GradScaler` for float16 (bfloat16 needs no
@@ -50,6 +50,23 @@ class Encoder(nn.Module):
         return self.head(self.encoder(self.embed(x)).mean(dim=1))
 
 
+class Cnn(nn.Module):
+    """Three 3x3 convolutions (3 -> 32, 32 -> 64 and 64 -> 64 with stride 2), ReLU after
+    each, and a linear head on the 64 x 8 x 8 features (examples/bench's Cnn)."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.Sequential(
+            nn.Conv2d(3, 32, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=2, padding=1), nn.ReLU(),
+        )
+        self.head = nn.Linear(64 * 8 * 8, 10)
+
+    def forward(self, x):
+        return self.head(self.convs(x).flatten(1))
+
+
 WORKLOADS = {
     "mlp": ("MLP 784-4096-4096-10, batch 128", lambda: mlp(4096), (128, 784)),
     "mlp-b1024": ("MLP 784-4096-4096-10, batch 1024", lambda: mlp(4096), (1024, 784)),
@@ -59,6 +76,7 @@ WORKLOADS = {
         lambda: Encoder(256, 4),
         (16, 128, 32),
     ),
+    "cnn": ("CNN 3x3 convs 32-64-64 on 32x32x3, batch 64", Cnn, (64, 3, 32, 32)),
     # The GPU suite's shapes (examples/gpu_suite): the MLP at batch 1024 and the encoder
     # stack at d=1024 x8, seq 1024, batch 8.
     "mlp-gpu": ("MLP 784-4096-4096-10, batch 1024", lambda: mlp(4096), (1024, 784)),
@@ -138,7 +156,7 @@ def main():
     parser.add_argument(
         "--workloads",
         default="mlp,encoder",
-        help="comma-separated: mlp, mlp-b1024, stack, encoder, mlp-gpu, encoder-gpu",
+        help="comma-separated: mlp, mlp-b1024, stack, encoder, cnn, mlp-gpu, encoder-gpu",
     )
     parser.add_argument(
         "--quick", action="store_true", help="tiny sizes: checks the script runs, figures meaningless"

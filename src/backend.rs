@@ -20,6 +20,7 @@ use burn_tensor::ops::{BoolTensor, FloatTensor, IntTensor, QuantizedTensor};
 use burn_tensor::{DType, FloatDType, TensorData};
 
 use crate::context;
+use crate::cost;
 use crate::policy::{IntoPolicy, Policy, PolicyError};
 
 /// A backend decorator that runs any Burn backend `B` under a dtype [`Policy`].
@@ -199,6 +200,7 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
     /// f16, the loss is first multiplied by its scale; the returned gradients divide it out
     /// again when read.
     fn backward(tensor: FloatTensor<Self>) -> Self::Gradients {
+        let _phase = cost::backward();
         let device = B::float_device(&tensor);
         let (policy, scale) = context::backward::<B>(&device);
         let dtype = context::loss_dtype(policy, autocast::dtype::<B>(&tensor));

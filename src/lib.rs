@@ -43,6 +43,7 @@
 
 pub mod accum;
 mod backend;
+mod backends;
 pub mod collective;
 mod context;
 pub mod cost;
@@ -50,7 +51,6 @@ mod cpu;
 mod dtype;
 pub mod fp8;
 pub mod guide;
-mod kernels;
 pub mod loss_scale;
 pub mod optim;
 pub mod policy;

@@ -4,11 +4,14 @@
 //! input is a typed error; and the round-trip error of each recipe on a heavy-tailed tensor.
 //! Blocked accumulation: every backend gives the reference's bits; the block-scaled FP8
 //! matmul checks its operands. The CPU kernels on Flex (`kernels/flex.rs`): casts and the
-//! fused cast-and-matmul.
+//! fused cast-and-matmul; softmax, layer norm, GELU,
+//! arithmetic, reshapes and dropout masks against Flex's own ops (`kernels/nn.rs`).
 
 mod common;
 #[path = "kernels/flex.rs"]
 mod flex;
+#[path = "kernels/nn.rs"]
+mod nn;
 #[path = "kernels/scales.rs"]
 mod scales;
 

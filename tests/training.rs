@@ -1,5 +1,6 @@
 //! Training under a policy: a small MLP trained 100 steps under `mixed_float16` (Flex, wgpu)
-//! and `mixed_bfloat16` (Flex) follows its float32 loss curve.
+//! and `mixed_bfloat16` (Flex) follows its float32 loss curve; burn-nn's Transformer encoder
+//! trains under every named policy on burn-amp's kernels as on Flex's own ops.
 //!
 //! Tolerance. We compare 10-step means of the loss (one step's loss depends on its batch).
 //! Rounding the activations of a 3-layer network to f16 (unit roundoff 2^-11 = 0.05%) or
@@ -114,4 +115,111 @@ fn mixed_float16_follows_float32_on_wgpu() {
         Policy::mixed_float16(),
         F16_TOLERANCE,
     );
+}
+
+/// A burn-nn Transformer encoder classifier (embedding linear, 2 post-norm layers with GELU,
+/// dropout 0 so that runs compare step by step, a linear head on the mean over positions).
+#[derive(burn::module::Module, Debug)]
+struct Encoder<B: burn::tensor::backend::Backend> {
+    embed: burn::nn::Linear<B>,
+    layers: burn::nn::transformer::TransformerEncoder<B>,
+    head: burn::nn::Linear<B>,
+}
+
+impl<B: burn::tensor::backend::Backend> Encoder<B> {
+    fn new(device: &B::Device) -> Self {
+        use burn::nn::LinearConfig;
+        use burn::nn::transformer::TransformerEncoderConfig;
+        Self {
+            embed: LinearConfig::new(8, 32).init(device),
+            layers: TransformerEncoderConfig::new(32, 64, 4, 2)
+                .with_dropout(0.0)
+                .init(device),
+            head: LinearConfig::new(32, 4).init(device),
+        }
+    }
+
+    fn forward(&self, x: burn::tensor::Tensor<B, 3>) -> burn::tensor::Tensor<B, 2> {
+        use burn::nn::transformer::TransformerEncoderInput;
+        let h = self
+            .layers
+            .forward(TransformerEncoderInput::new(self.embed.forward(x)));
+        self.head.forward(h.mean_dim(1).squeeze_dim::<2>(1))
+    }
+}
+
+/// The per-step losses of the encoder under `policy`: 60 Adam steps (lr 1e-3) on a fixed
+/// task (the class is which of 4 input features is largest, summed over positions).
+fn encoder_losses(policy: Policy) -> Vec<f32> {
+    use burn::tensor::{Tensor, TensorData};
+    type B = MixedPrecision<Autodiff<Flex>>;
+    let device = Default::default();
+    with_policy(policy, || {
+        <B as burn::tensor::backend::Backend>::seed(&device, 7);
+        let mut model = Encoder::<B>::new(&device);
+        let mut optim = burn_amp::LossScaleOptimizer::new(AdamConfig::new().init());
+        let loss_fn = CrossEntropyLossConfig::new().init(&device);
+        (0..60)
+            .map(|step| {
+                let mut rng = common::Lcg::new(100 + (step % 6) as u64);
+                let x = rng.vec(16 * 12 * 8, 1.0);
+                let labels: Vec<i64> = (0..16)
+                    .map(|b| {
+                        let sums: Vec<f32> = (0..4)
+                            .map(|f| (0..12).map(|t| x[(b * 12 + t) * 8 + f]).sum())
+                            .collect();
+                        (0..4).fold(0, |m, f| if sums[f] > sums[m] { f } else { m }) as i64
+                    })
+                    .collect();
+                let x = Tensor::<B, 3>::from_data(TensorData::new(x, [16, 12, 8]), &device);
+                let y = Tensor::from_data(TensorData::new(labels, [16]), &device);
+                let loss = loss_fn.forward(model.forward(x), y);
+                let value = values(loss.clone())[0];
+                let grads = GradientsParams::from_grads(loss.backward(), &model);
+                model = optim.step(1e-3, model.clone(), grads);
+                value
+            })
+            .collect()
+    })
+}
+
+/// burn-nn's Transformer encoder trains under every named policy on burn-amp's kernels
+/// (softmax, layer norm, GELU, arithmetic, reshapes, products) with the loss curve of the
+/// same policy on Flex's own ops (`kernels=backend`), within the policy's bound above (FP8
+/// policies: within 5%, their rounding to 8 bits being the larger one); and bit for bit
+/// under float32.
+#[test]
+fn the_burn_nn_transformer_trains_under_every_policy_as_on_flex_own_ops() {
+    let names = [
+        "float32",
+        "mixed_float16",
+        "mixed_bfloat16",
+        "float16",
+        "bfloat16",
+        "float8_from_mixed_bfloat16",
+        "float8_from_mixed_float16",
+    ];
+    for name in names {
+        let policy: Policy = name.parse().unwrap();
+        let ours = encoder_losses(policy);
+        let flex = encoder_losses(policy.with_kernels(burn_amp::policy::Kernels::Backend));
+        assert!(ours.iter().all(|l| l.is_finite()), "{name}: {ours:?}");
+        let (start, end) = (windows(&ours)[0], *windows(&ours).last().unwrap());
+        let gap = max_relative_gap(&flex, &ours);
+        eprintln!(
+            "{name}: {start:.4} -> {end:.4}, max 10-step gap to Flex's ops {:.3}%",
+            gap * 100.0
+        );
+        assert!(
+            end < 0.9 * start,
+            "{name}: did not learn ({start} -> {end})"
+        );
+        let bound = match name {
+            "float32" => 0.0,
+            "mixed_float16" | "float16" => F16_TOLERANCE,
+            "mixed_bfloat16" | "bfloat16" => BF16_TOLERANCE,
+            _ => 0.05,
+        };
+        assert!(gap <= bound, "{name}: off Flex's ops by {gap}");
+    }
 }

@@ -11,6 +11,7 @@ mod cpu;
 mod kernels;
 mod models;
 mod phases;
+mod profile;
 mod report;
 #[path = "../common/section.rs"]
 mod section;
@@ -115,6 +116,12 @@ fn main() {
 ",
         );
         extra.push_str(&breakdown);
+        let profiled = if quick {
+            vec![encoder]
+        } else {
+            vec![encoder, models::Workload::Cnn { batch: 64 }]
+        };
+        extra.push_str(&profile::section(&profiled, runs.min(3)));
         progress("PyTorch on the CPU");
         let (torch_md, torch) = pytorch::section(quick, &python, cpu::has_bf16_dot());
         rows.extend(cpu::torch_rows(&ours, &torch));

@@ -2,11 +2,12 @@
 //! with a training step (forward, backward, optimizer step, device sync).
 
 use burn::module::{AutodiffModule, Module};
+use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::transformer::{
     TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
 };
-use burn::nn::{Linear, LinearConfig, Relu};
+use burn::nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, Int, Tensor};
@@ -89,6 +90,40 @@ impl<B: Backend> Encoder<B> {
     }
 }
 
+/// A small CNN on 32x32 RGB images: three 3x3 convolutions (3 -> 32, then 32 -> 64 and
+/// 64 -> 64 with stride 2), ReLU after each, and a linear head on the 64 x 8 x 8 features.
+#[derive(Module, Debug)]
+pub struct Cnn<B: Backend> {
+    convs: Vec<Conv2d<B>>,
+    head: Linear<B>,
+    relu: Relu,
+}
+
+impl<B: Backend> Cnn<B> {
+    pub fn new(device: &B::Device) -> Self {
+        let conv = |c_in, c_out, stride| {
+            Conv2dConfig::new([c_in, c_out], [3, 3])
+                .with_stride([stride, stride])
+                .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+                .init(device)
+        };
+        Self {
+            convs: vec![conv(3, 32, 1), conv(32, 64, 2), conv(64, 64, 2)],
+            head: LinearConfig::new(64 * 8 * 8, 10).init(device),
+            relu: Relu::new(),
+        }
+    }
+
+    fn forward(&self, x: Tensor<B, 4>) -> Tensor<B, 2> {
+        let x = self
+            .convs
+            .iter()
+            .fold(x, |x, conv| self.relu.forward(conv.forward(x)));
+        let [batch, ..] = x.dims();
+        self.head.forward(x.reshape([batch, 64 * 8 * 8]))
+    }
+}
+
 /// The sizes of a workload.
 #[derive(Clone, Copy, Debug)]
 pub enum Workload {
@@ -109,6 +144,11 @@ pub enum Workload {
         seq: usize,
         batch: usize,
     },
+    /// The GPU suite, which shares this file, does not train it.
+    #[allow(dead_code)]
+    Cnn {
+        batch: usize,
+    },
 }
 
 impl Workload {
@@ -124,6 +164,9 @@ impl Workload {
             Workload::Encoder {
                 d_model, layers, ..
             } => layers * d_model * d_model * 12,
+            Workload::Cnn { .. } => {
+                3 * 32 * 9 + 32 + 32 * 64 * 9 + 64 + 64 * 64 * 9 + 64 + 64 * 64 * 10 + 10
+            }
         }
     }
 
@@ -143,6 +186,7 @@ impl Workload {
             } => {
                 format!("Transformer encoder d={d_model} x{layers}, seq {seq}, batch {batch}")
             }
+            Self::Cnn { batch } => format!("CNN 3x3 convs 32-64-64 on 32x32x3, batch {batch}"),
         }
     }
 }
@@ -200,6 +244,7 @@ fn data<B: Backend>(workload: Workload, device: &B::Device) -> (Tensor<B, 3>, Te
         Workload::Mlp { batch, .. } => ([batch, 1, 784], batch),
         Workload::Stack { width, batch, .. } => ([batch, 1, width], batch),
         Workload::Encoder { seq, batch, .. } => ([batch, seq, 32], batch),
+        Workload::Cnn { batch } => ([batch, 3, 32 * 32], batch),
     };
     let x = Tensor::random(shape, Distribution::Default, device);
     let y = Tensor::<B, 1>::random([batch], Distribution::Uniform(0.0, 9.99), device).int();
@@ -216,6 +261,11 @@ fn stack_forward<B: Backend>(m: &Stack<B>, x: &Tensor<B, 3>) -> Tensor<B, 2> {
 
 fn encoder_forward<B: Backend>(m: &Encoder<B>, x: &Tensor<B, 3>) -> Tensor<B, 2> {
     m.forward(x.clone())
+}
+
+fn cnn_forward<B: Backend>(m: &Cnn<B>, x: &Tensor<B, 3>) -> Tensor<B, 2> {
+    let [batch, ..] = x.dims();
+    m.forward(x.clone().reshape([batch, 3, 32, 32]))
 }
 
 /// Which optimizer a step trains with: Burn's Adam, or burn-amp's fused one (Adam: no
@@ -307,6 +357,16 @@ pub fn bare_with<B: AutodiffBackend>(
             y,
             core::convert::identity
         ),
+        Workload::Cnn { .. } => trainer!(
+            opt,
+            B,
+            Cnn,
+            Cnn::<B>::new(device),
+            cnn_forward::<B>,
+            x,
+            y,
+            core::convert::identity
+        ),
     }
 }
 
@@ -355,6 +415,16 @@ pub fn mixed_with<B: AutodiffBackend>(
             Encoder,
             Encoder::<M<B>>::new(d_model, layers, device),
             encoder_forward::<M<B>>,
+            x,
+            y,
+            LossScaleOptimizer::new
+        ),
+        Workload::Cnn { .. } => trainer!(
+            opt,
+            M<B>,
+            Cnn,
+            Cnn::<M<B>>::new(device),
+            cnn_forward::<M<B>>,
             x,
             y,
             LossScaleOptimizer::new

@@ -101,7 +101,11 @@ pub fn memory<B: AutodiffBackend>(
             baseline: format!("float32 {:.1} MiB (peak {:.1})", mib(bt), mib(bp)),
             measured: format!("{policy} {:.1} MiB (peak {:.1})", mib(mt), mib(mp)),
             ratio: mt as f64 / bt as f64,
-            goal: Goal::AtMost(1.0),
+            // A transformer's activations are mostly 16-bit under the mixed policies.
+            goal: Goal::AtMost(match (workload, *policy) {
+                (Workload::Encoder { .. }, "mixed_bfloat16") => 0.55,
+                _ => 1.0,
+            }),
             note: "activations, gradients and temporaries (heap)".into(),
         });
     }

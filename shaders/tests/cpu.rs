@@ -1,12 +1,19 @@
 //! The CPU kernels against their references: every cast bit for bit against `half`, every
 //! GEMM kernel the CPU runs against an f64 product of the rounded operands, and the AdamW,
 //! unscale and finite-count kernels of every instruction set the CPU runs against the
-//! portable ones, bit for bit.
+//! portable ones, bit for bit; the `nn` kernels (softmax, layer norm, GELU, arithmetic,
+//! dropout masks, strided copies) against f64 references and across instruction sets
+//! (`cpu/nn.rs`); a convolution's columns against a direct convolution (`cpu/conv.rs`).
 
 use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::cast::{self, CastError, CpuFloat, Format};
 use burn_amp_kernels::cpu::gemm::{self, GemmError, Kernel, MatRef};
 use half::{bf16, f16};
+
+#[path = "cpu/conv.rs"]
+mod conv;
+#[path = "cpu/nn.rs"]
+mod nn;
 
 /// A deterministic 64-bit generator (SplitMix64).
 struct Rng(u64);

@@ -17,17 +17,21 @@
 //! dtype is not cast, so under `float32` f32 tensors run exactly as on the bare backend.
 //!
 //! Where the inner backend has burn-amp kernels ([`crate::cpu`]: Flex) and the policy's
-//! [`Kernels`] is `auto`, casts run on them, and [`routed`] hands compute-class matmuls and
-//! linears their operands uncast: the kernels round them while packing.
+//! [`Kernels`] is `auto`, casts run on them, and [`routed`] hands compute-class matmuls,
+//! linears and convolutions their operands uncast: the kernels round them while packing.
+//! Under a 16-bit compute dtype the same kernels take the ops around the products
+//! ([`routed_ops`]): softmax and layer norm read their input in its dtype and write f32 as
+//! their rule says, activations and the arithmetic of 16-bit tensors keep their dtype.
 
 use burn_amp_kernels::cpu::cast::Format;
+use burn_amp_kernels::cpu::nn::BinaryOp;
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
-use burn_tensor::{DType, FloatDType, TensorMetadata};
+use burn_tensor::{DType, FloatDType, Scalar, TensorMetadata};
 
 use crate::context;
 use crate::cost;
-use crate::cpu::{self, Routed, RoutedOps};
+use crate::cpu::{self, ConvArgs, Routed, RoutedOps};
 use crate::policy::{Kernels, Policy};
 
 /// The float dtype of a tensor primitive.
@@ -98,6 +102,58 @@ pub(crate) fn routed<B: Backend>(policy: &Policy) -> Option<(RoutedOps<B>, Forma
     cpu::routed::<B>().map(|ops| (ops, format))
 }
 
+/// The routed ops of a mixed policy (as [`routed`]), for the ops around the products.
+pub(crate) fn routed_ops<B: Backend>(policy: &Policy) -> Option<RoutedOps<B>> {
+    routed::<B>(policy).map(|(ops, _)| ops)
+}
+
+/// A promote-class arithmetic op (`float_add`, ...): the operands meet in the widest dtype;
+/// 16-bit operands then run on burn-amp's elementwise kernels where the policy routes (one
+/// pass, where Flex converts value by value), anything else on `inner` (the backend's op).
+pub(crate) fn arithmetic<B: Backend>(
+    op: BinaryOp,
+    name: &'static str,
+    lhs: FloatTensor<B>,
+    rhs: FloatTensor<B>,
+    inner: fn(FloatTensor<B>, FloatTensor<B>) -> FloatTensor<B>,
+) -> FloatTensor<B> {
+    let policy = policy_of::<B>(&lhs);
+    let [lhs, rhs] = to_widest::<B, 2>([lhs, rhs], &policy);
+    let runs_in = lhs.dtype();
+    let _op = cost::op(class::to_widest, name, Some(runs_in));
+    if is_reduced(runs_in.into())
+        && let Some(ops) = routed_ops::<B>(&policy)
+    {
+        return match (ops.binary)(op, lhs, rhs) {
+            Routed::Ran(out) => out,
+            Routed::Declined([lhs, rhs]) => inner(lhs, rhs),
+        };
+    }
+    inner(lhs, rhs)
+}
+
+/// An arithmetic op with a scalar (`float_mul_scalar`, ...): forwarded, except that a 16-bit
+/// tensor runs on burn-amp's elementwise kernels where the policy routes (the scalar kept in
+/// f32; Flex rounds it to the tensor's dtype first).
+pub(crate) fn arithmetic_scalar<B: Backend>(
+    op: BinaryOp,
+    name: &'static str,
+    x: FloatTensor<B>,
+    s: Scalar,
+    inner: fn(FloatTensor<B>, Scalar) -> FloatTensor<B>,
+) -> FloatTensor<B> {
+    let _op = cost::forwarded(name);
+    if is_reduced(dtype::<B>(&x))
+        && let Some(ops) = routed_ops::<B>(&policy_of::<B>(&x))
+    {
+        return match (ops.scalar)(op, x, s.elem::<f32>()) {
+            Routed::Ran(out) => out,
+            Routed::Declined(x) => inner(x, s),
+        };
+    }
+    inner(x, s)
+}
+
 /// Whether any of the tensors is f64 (never narrowed: the op goes to the backend as is).
 pub(crate) fn any_f64<B: Backend>(tensors: &[Option<&FloatTensor<B>>]) -> bool {
     tensors
@@ -165,6 +221,31 @@ pub(crate) fn linear<B: Backend>(
     let [x, weight] = [x, weight].map(|t| to_target::<B>(t, target, policy));
     let bias = bias.map(|b| to_target::<B>(b, target, policy));
     B::linear(x, weight, bias)
+}
+
+/// A convolution on the routed kernels, which round the operands as they lay them out or
+/// pack them; the operands back when the kernels decline it.
+pub(crate) fn conv<B: Backend>(
+    ops: RoutedOps<B>,
+    format: Format,
+    args: ConvArgs<B>,
+    policy: &Policy,
+) -> Result<FloatTensor<B>, ConvArgs<B>> {
+    let target = DType::from(policy.compute_dtype());
+    let shapes: Vec<_> = [Some(&args.0), Some(&args.1), args.2.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(|t| (t.dtype(), t.shape().num_elements()))
+        .collect();
+    match (ops.conv)(args, format, target) {
+        Routed::Ran(out) => {
+            for (d, n) in shapes {
+                cost::rounded(d, target, n);
+            }
+            Ok(out)
+        }
+        Routed::Declined(args) => Err(args),
+    }
 }
 
 fn is_reduced(dtype: FloatDType) -> bool {

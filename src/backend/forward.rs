@@ -11,7 +11,7 @@ macro_rules! forward {
             #[inline]
             #[allow(unused_parens)]
             fn $name( $($arg : $ty),* ) $(-> $ret)? {
-                $crate::cost::forwarded(stringify!($name));
+                let _op = $crate::cost::forwarded(stringify!($name));
                 $( $post )? ( $inner::$name( $($arg),* ) )
             }
         )*
@@ -30,7 +30,7 @@ macro_rules! autocast {
                 let policy = $crate::backend::autocast::policy_of::<$inner>([$(&$cast),+][0]);
                 let [$($cast),+] = $crate::backend::autocast::$rule::<$inner, _>([$($cast),+], &policy);
                 let runs_in = burn_tensor::TensorMetadata::dtype([$(&$cast),+][0]);
-                $crate::cost::op($crate::backend::autocast::class::$rule, stringify!($name), Some(runs_in));
+                let _op = $crate::cost::op($crate::backend::autocast::class::$rule, stringify!($name), Some(runs_in));
                 $inner::$name( $($cast,)+ $($($arg),*)? )
             }
         )*

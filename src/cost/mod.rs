@@ -4,6 +4,8 @@
 //! quantize/dequantize launches, and the reads back to the host: burn-amp's own, and the
 //! ones the user's code made through the decorator (a logged loss), counted apart.
 //!
+//! [`profile`] times the same ops, by phase (see its module).
+//!
 //! Turn it on around a step with [`record`]; it counts what the recording thread runs (the
 //! forward pass, the backward pass and the optimizer step of a plain training loop), exactly:
 //!
@@ -26,11 +28,16 @@
 //! println!("{cost}");
 //! ```
 
+mod profile;
+
 use core::cell::{Cell, RefCell};
 use core::fmt;
 use std::collections::BTreeMap;
 
 use burn_tensor::DType;
+
+pub use profile::{Phase, Profile, ProfileEntry, profile};
+pub(crate) use profile::{Timed, backward, start as timed};
 
 /// The class of an op, as the casting rules sort them (`crate::backend::autocast`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -299,9 +306,11 @@ fn with(f: impl FnOnce(&mut StepCost)) {
     });
 }
 
-/// An op of `class` named `name`, running in `dtype` where the class fixes one.
-pub(crate) fn op(class: OpClass, name: &'static str, dtype: Option<DType>) {
+/// An op of `class` named `name`, running in `dtype` where the class fixes one: counted,
+/// and timed by [`profile`] until the guard drops.
+pub(crate) fn op(class: OpClass, name: &'static str, dtype: Option<DType>) -> Timed {
     with(|c| *c.ops.entry((class, name, dtype.map(Dt))).or_default() += 1);
+    timed(name, dtype)
 }
 
 /// A cast the decorator inserted, of `elements` values.
@@ -328,15 +337,19 @@ pub(crate) fn rounded(from: DType, to: DType, elements: usize) {
 }
 
 /// An op the decorator hands to the inner backend as it is, by name: reads back
-/// (`*_into_data`) are counted as the user's reads, queries (devices, flags) not at all.
-pub(crate) fn forwarded(name: &'static str) {
+/// (`*_into_data`) are counted as the user's reads, queries (devices, flags) not at all;
+/// timed by [`profile`] until the guard drops.
+pub(crate) fn forwarded(name: &'static str) -> Timed {
     if name.ends_with("_into_data") {
         user_read();
+        timed(name, None)
     } else if !(name.ends_with("_device")
         || name.starts_with("has_")
         || name.contains("is_require_grad"))
     {
-        op(OpClass::Forwarded, name, None);
+        op(OpClass::Forwarded, name, None)
+    } else {
+        Timed::none()
     }
 }
 

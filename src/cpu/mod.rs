@@ -3,18 +3,21 @@
 //! `flex` is the glue of the CPU kernel family (`burn_amp_kernels::cpu`) to Flex tensors
 //! and to `Autodiff<Flex>`. This module finds, for a backend type, the ops the decorator
 //! hands to burn-amp's kernels instead of the inner backend's: the casts of its casting
-//! rules, and compute-class matmuls and linears that read operands of any float dtype and
-//! round them while packing. `MixedPrecision<B>` wraps any `B`, and Rust cannot ask in its
+//! rules; compute-class matmuls, linears and convolutions that read operands of any float
+//! dtype and round them while packing; and under a mixed policy the ops around them
+//! (softmax, layer norm, GELU, ReLU, arithmetic, reshapes of views, dropout masks), each
+//! one op with its own backward pass. `MixedPrecision<B>` wraps any `B`, and Rust cannot ask in its
 //! blanket impls whether `B` is Flex; so the ops are found here by `TypeId`, as plain
 //! function pointers, the way FP8 operations are (`crate::fp8::training::registry`).
 //! Today: Flex and `Autodiff<Flex>` (both checkpointing strategies); every other backend
 //! runs its own ops.
 
 use burn_amp_kernels::cpu::cast::Format;
+use burn_amp_kernels::cpu::nn::BinaryOp;
 use burn_amp_kernels::cpu::optim::AdamwStep;
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
-use burn_tensor::{DType, FloatDType};
+use burn_tensor::{DType, FloatDType, Shape};
 
 use crate::registry::{Capability, Registry, Table};
 
@@ -41,6 +44,71 @@ pub(crate) type MatmulFn<B> = fn(
 
 /// `x @ weight + bias`, operands rounded to the format, the result in the dtype.
 pub(crate) type LinearFn<B> = fn(Linear<B>, Format, DType) -> Routed<FloatTensor<B>, Linear<B>>;
+
+/// The operands of a layer norm: `x`, `gamma`, the optional `beta`, epsilon.
+pub(crate) type LayerNormArgs<B> = (FloatTensor<B>, FloatTensor<B>, Option<FloatTensor<B>>, f64);
+
+/// A convolution's geometry as a 2-d one (a 1-d convolution has height 1): stride,
+/// padding, dilation, groups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ConvGeometry {
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+    pub groups: usize,
+}
+
+impl From<burn_tensor::ops::ConvOptions<2>> for ConvGeometry {
+    fn from(o: burn_tensor::ops::ConvOptions<2>) -> Self {
+        Self {
+            stride: o.stride,
+            padding: o.padding,
+            dilation: o.dilation,
+            groups: o.groups,
+        }
+    }
+}
+
+impl From<burn_tensor::ops::ConvOptions<1>> for ConvGeometry {
+    fn from(o: burn_tensor::ops::ConvOptions<1>) -> Self {
+        Self {
+            stride: [1, o.stride[0]],
+            padding: [0, o.padding[0]],
+            dilation: [1, o.dilation[0]],
+            groups: o.groups,
+        }
+    }
+}
+
+/// The operands of a convolution: `x`, `weight`, the optional bias, the geometry.
+pub(crate) type ConvArgs<B> = (
+    FloatTensor<B>,
+    FloatTensor<B>,
+    Option<FloatTensor<B>>,
+    ConvGeometry,
+);
+
+/// What a routed op gives: its output, or its operands `O` back.
+pub(crate) type Tried<B, O> = Routed<FloatTensor<B>, O>;
+
+/// An op on one tensor, or the tensor back.
+pub(crate) type UnaryFn<B> = fn(FloatTensor<B>) -> Tried<B, FloatTensor<B>>;
+
+/// A convolution, operands rounded to the format, in the dtype.
+pub(crate) type ConvFn<B> = fn(ConvArgs<B>, Format, DType) -> Tried<B, ConvArgs<B>>;
+
+/// Softmax (`true`: log-softmax).
+pub(crate) type SoftmaxFn<B> = fn(FloatTensor<B>, bool) -> Tried<B, FloatTensor<B>>;
+
+/// Layer norm.
+pub(crate) type LayerNormFn<B> = fn(LayerNormArgs<B>) -> Tried<B, LayerNormArgs<B>>;
+
+/// `lhs op rhs`.
+pub(crate) type BinaryFn<B> =
+    fn(BinaryOp, FloatTensor<B>, FloatTensor<B>) -> Tried<B, [FloatTensor<B>; 2]>;
+
+/// `x op s`.
+pub(crate) type ScalarFn<B> = fn(BinaryOp, FloatTensor<B>, f32) -> Tried<B, FloatTensor<B>>;
 
 /// A parameter's AdamW state: its moments and its step count (a one-value f32 tensor, so
 /// that a step skipped on the device does not count).
@@ -84,10 +152,33 @@ pub(crate) struct RoutedOps<B: Backend> {
     pub cast: fn(FloatTensor<B>, FloatDType) -> FloatTensor<B>,
     pub matmul: MatmulFn<B>,
     pub linear: LinearFn<B>,
+    /// A 1-d or 2-d convolution (one group), operands rounded to the format, the result in
+    /// the dtype.
+    pub conv: ConvFn<B>,
     /// The loss scaler's unscale and finite check of a gradient (gradients are never
     /// autodiff tensors: `None` for autodiff backends).
     pub unscale: Option<UnscaleFn<B>>,
     pub count_nonfinite: Option<CountFn<B>>,
+    /// Softmax (`true`: log-softmax) over the last dimension, read in any float dtype,
+    /// summed and written in f32.
+    pub softmax: SoftmaxFn<B>,
+    /// Layer norm over the last dimension, statistics and output in f32.
+    pub layer_norm: LayerNormFn<B>,
+    /// GELU, in the input's dtype.
+    pub gelu: UnaryFn<B>,
+    /// ReLU, in the input's dtype (NaN stays NaN).
+    pub relu: UnaryFn<B>,
+    /// `lhs op rhs` for operands of one shape and dtype, in that dtype.
+    pub binary: BinaryFn<B>,
+    /// `x op s`, in `x`'s dtype.
+    pub scalar: ScalarFn<B>,
+    /// A tensor of Bernoulli(`p`) draws, `p` in `[0, 1]`, in the dtype: dropout's mask.
+    pub bernoulli: fn(Shape, f64, DType) -> FloatTensor<B>,
+    /// The tensor in row-major order (itself when it is): before a reshape that would
+    /// otherwise copy value by value.
+    pub contiguous: fn(FloatTensor<B>) -> FloatTensor<B>,
+    /// Two dimensions swapped, as a view whose gradient comes back contiguous.
+    pub swap_dims: fn(FloatTensor<B>, usize, usize) -> FloatTensor<B>,
 }
 
 /// The CPU optimizer kernels of Flex, for a backend whose tensors are Flex's (Flex, or a

@@ -25,8 +25,8 @@ use crate::cost;
 use crate::fp8::training::registry::{self, ApsFn};
 use crate::fp8::{GradientCompression, aps_scale};
 
-/// The gradients' backend under `MixedPrecision<B>`.
-type Inner<B> = <MixedPrecision<B> as AutodiffBackend>::InnerBackend;
+/// The backend under the autodiff one that `MixedPrecision<B>` wraps (gradients live there).
+type MixedInner<B> = <MixedPrecision<B> as AutodiffBackend>::InnerBackend;
 /// The raw backend under the gradients' (their primitives are its).
 type Raw<B> = <B as AutodiffBackend>::InnerBackend;
 
@@ -42,10 +42,10 @@ struct Compress<'a, B: AutodiffBackend> {
 
 impl<B: AutodiffBackend> ModuleVisitor<MixedPrecision<B>> for Compress<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<MixedPrecision<B>, D>>) {
-        let grads: Vec<Option<Tensor<Inner<B>, D>>> = self
+        let grads: Vec<Option<Tensor<MixedInner<B>, D>>> = self
             .workers
             .iter_mut()
-            .map(|g| g.remove::<Inner<B>, D>(param.id))
+            .map(|g| g.remove::<MixedInner<B>, D>(param.id))
             .collect();
         let present = grads.iter().flatten().count();
         if present == 0 {
@@ -58,7 +58,8 @@ impl<B: AutodiffBackend> ModuleVisitor<MixedPrecision<B>> for Compress<'_, B> {
                 .filter_map(|(i, g)| Some((i, g?.into_primitive().tensor())))
                 .unzip();
             for (i, rounded) in slots.into_iter().zip(aps(tensors, None)) {
-                let tensor = Tensor::<Inner<B>, D>::from_primitive(TensorPrimitive::Float(rounded));
+                let tensor =
+                    Tensor::<MixedInner<B>, D>::from_primitive(TensorPrimitive::Float(rounded));
                 self.workers[i].register(param.id, tensor);
             }
             return;
@@ -88,7 +89,7 @@ impl<B: AutodiffBackend> ModuleVisitor<MixedPrecision<B>> for Compress<'_, B> {
             let data = TensorData::new(rounded, grad.shape()).convert_dtype(grad.dtype());
             slot.register(
                 param.id,
-                Tensor::<Inner<B>, D>::from_data(data, &grad.device()),
+                Tensor::<MixedInner<B>, D>::from_data(data, &grad.device()),
             );
         }
     }

@@ -21,8 +21,8 @@ use crate::cost;
 use crate::fp8::GradientCompression;
 use crate::fp8::training::{finite_or_zero, registry};
 
-/// The gradients' backend under `MixedPrecision<B>`.
-type Inner<B> = <MixedPrecision<B> as AutodiffBackend>::InnerBackend;
+/// The backend under the autodiff one that `MixedPrecision<B>` wraps (gradients live there).
+type MixedInner<B> = <MixedPrecision<B> as AutodiffBackend>::InnerBackend;
 /// The raw backend under the gradients' (their primitives are its).
 type Raw<B> = <B as AutodiffBackend>::InnerBackend;
 
@@ -73,7 +73,7 @@ struct Gather<'a, B: AutodiffBackend> {
 
 impl<B: AutodiffBackend> ModuleVisitor<MixedPrecision<B>> for Gather<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<MixedPrecision<B>, D>>) {
-        let Some(grad) = self.grads.remove::<Inner<B>, D>(param.id) else {
+        let Some(grad) = self.grads.remove::<MixedInner<B>, D>(param.id) else {
             return;
         };
         let shape = grad.shape();
@@ -102,7 +102,7 @@ impl<B: AutodiffBackend> ModuleVisitor<MixedPrecision<B>> for Scatter<'_, B> {
             return;
         };
         let dims: [usize; D] = shape.dims();
-        let grad = Tensor::<Inner<B>, D>::from_primitive(TensorPrimitive::Float(
+        let grad = Tensor::<MixedInner<B>, D>::from_primitive(TensorPrimitive::Float(
             values.reshape(dims).into_primitive().tensor(),
         ));
         self.grads.register(param.id, grad);

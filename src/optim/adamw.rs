@@ -15,7 +15,7 @@ use burn_amp_kernels::cpu::optim::AdamwStep;
 use burn_tensor::ops::{FloatTensor, FloatTensorOps};
 use burn_tensor::{FloatDType, TensorMetadata};
 
-use super::kernels;
+use super::dispatch;
 use super::paths;
 use super::record::{self, RecordError};
 use super::state::{ParamState, step_count};
@@ -257,7 +257,8 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Mapper<'_, B> {
                 I::<B>::float_to_device(f.clone(), &device)
             }
         });
-        let (param, state) = kernels::adamw::<I<B>>(param, grad, state, &self.step, found.as_ref());
+        let (param, state) =
+            dispatch::adamw::<I<B>>(param, grad, state, &self.step, found.as_ref());
         self.states.insert(id, ParamState { state });
         let mut tensor =
             Tensor::<B, D>::from_inner(Tensor::from_primitive(TensorPrimitive::Float(param)));

@@ -7,13 +7,13 @@
 //! [`LossScaleOptimizer`](crate::LossScaleOptimizer) it skips an overflowed step on the
 //! device, so a step needs no read back to the host.
 //!
-//! Each backend runs it as its kernels allow (`kernels`): Flex on burn-amp's CPU kernel
+//! Each backend runs it as its kernels allow (`dispatch`): Flex on burn-amp's CPU kernel
 //! (SIMD, threaded), Burn's wgpu and CUDA backends (fused or not) on its CubeCL kernel, every
 //! other backend through Burn tensor ops with the same arithmetic.
 
 mod adamw;
-mod kernels;
-pub(crate) use kernels::{AdamwKernel, kernel_takes};
+mod dispatch;
+pub(crate) use dispatch::{AdamwKernel, kernel_takes};
 mod paths;
 mod record;
 mod state;

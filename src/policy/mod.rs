@@ -22,10 +22,12 @@
 //! `drift=`), `format=auto` lets each tensor pick E4M3 or E5M2, and `grads=aps` (or
 //! `aps_shp`) compresses parameter gradients with APS's per-layer scales.
 //!
-//! The key `kernels=` says whose kernels run the policy's casts, matmuls and linears:
-//! burn-amp's where the backend has them (`auto`, the default: on Flex, a GEMM that rounds
-//! operands while packing them and vectorised casts), or always the backend's own ops
-//! (`backend`, for comparisons).
+//! The key `kernels=` says whose kernels run a mixed policy's casts, products and the ops
+//! around them: burn-amp's where the backend has them (`auto`, the default: on Flex, a GEMM
+//! that rounds operands while packing them for matmuls, linears and convolutions,
+//! vectorised casts, and one-op softmax, layer norm, activations, arithmetic and dropout
+//! masks with their own backward passes), or always the backend's own ops (`backend`, for
+//! comparisons).
 //!
 //! This module holds values only. Which policy an op runs under is decided in one place,
 //! the crate's context: a scoped override ([`with_policy`](crate::with_policy)) wins over a
@@ -45,7 +47,8 @@ use burn_tensor::FloatDType;
 
 use crate::fp8::{Fp8Formats, Fp8Scaling, GradientCompression};
 
-/// Whose kernels run a policy's casts, matmuls and linears (spec key `kernels=`).
+/// Whose kernels run a policy's casts, products and the ops around them (spec key
+/// `kernels=`).
 ///
 /// ```
 /// use burn_amp::{Policy, policy::Kernels};

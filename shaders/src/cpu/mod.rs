@@ -7,12 +7,20 @@
 //! - [`gemm`]: a matrix product over f32, bf16 and f16 operands that rounds them to the
 //!   compute format while packing and accumulates in f32 (`vdpbf16ps` where the CPU has
 //!   AVX-512 BF16);
+//! - [`conv`]: a convolution's columns and their adjoint, so that it runs on the GEMM;
+//! - [`layout`]: strided views copied into row-major order;
+//! - [`nn`]: softmax, layer norm, GELU, elementwise arithmetic and dropout masks, each with
+//!   its backward pass, reading and writing any of the three formats and computing in f32;
 //! - [`optim`]: one-pass AdamW and the loss scaler's unscale-and-check, in place;
 //! - [`Isa`]: which instruction set a kernel runs with, detected once and passed down.
 
 pub mod cast;
+pub mod conv;
 pub mod gemm;
 pub mod isa;
+pub mod layout;
+mod multiversion;
+pub mod nn;
 pub mod optim;
 
 pub use isa::Isa;

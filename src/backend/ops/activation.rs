@@ -1,16 +1,87 @@
 //! `ActivationOps`: softmax, log-softmax, softmin and log-sigmoid in f32; the rest in their
 //! input dtype.
 
-use burn_tensor::Scalar;
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::{ActivationOps, FloatTensor};
+use burn_tensor::{Scalar, TensorMetadata};
 
 use crate::MixedPrecision;
+use crate::backend::autocast;
+use crate::cost::{self, OpClass};
+use crate::cpu::Routed;
+
+/// Softmax or log-softmax in f32: over the last dimension on burn-amp's kernels where the
+/// policy routes (one op reading the input in its dtype, summing in f32, with its own
+/// backward pass), else the input cast to f32 and the backend's op.
+fn softmax_f32<B: Backend>(
+    name: &'static str,
+    log: bool,
+    tensor: FloatTensor<B>,
+    dim: usize,
+    inner: fn(FloatTensor<B>, usize) -> FloatTensor<B>,
+) -> FloatTensor<B> {
+    let policy = autocast::policy_of::<B>(&tensor);
+    let last = tensor.shape().num_dims().saturating_sub(1);
+    let _op = cost::op(OpClass::Float32, name, Some(burn_tensor::DType::F32));
+    let tensor = match autocast::routed_ops::<B>(&policy) {
+        Some(ops)
+            if dim == last && autocast::dtype::<B>(&tensor) != burn_tensor::FloatDType::F64 =>
+        {
+            match (ops.softmax)(tensor, log) {
+                Routed::Ran(out) => return out,
+                Routed::Declined(tensor) => tensor,
+            }
+        }
+        _ => tensor,
+    };
+    let [tensor] = autocast::to_f32::<B, 1>([tensor], &policy);
+    inner(tensor, dim)
+}
+
+/// An activation in its input's dtype: on the routed kernel `pick` chooses where the policy
+/// routes, else the backend's op `inner`.
+fn activation<B: Backend>(
+    tensor: FloatTensor<B>,
+    pick: fn(&crate::cpu::RoutedOps<B>) -> crate::cpu::UnaryFn<B>,
+    inner: fn(FloatTensor<B>) -> FloatTensor<B>,
+) -> FloatTensor<B> {
+    if autocast::dtype::<B>(&tensor) != burn_tensor::FloatDType::F64
+        && let Some(ops) = autocast::routed_ops::<B>(&autocast::policy_of::<B>(&tensor))
+    {
+        return match pick(&ops)(tensor) {
+            Routed::Ran(out) => out,
+            Routed::Declined(tensor) => inner(tensor),
+        };
+    }
+    inner(tensor)
+}
 
 impl<B: Backend> ActivationOps<Self> for MixedPrecision<B> {
+    /// Float32 class (see `softmax_f32`).
+    fn softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        softmax_f32::<B>("softmax", false, tensor, dim, B::softmax)
+    }
+
+    /// Float32 class (see `softmax_f32`).
+    fn log_softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        softmax_f32::<B>("log_softmax", true, tensor, dim, B::log_softmax)
+    }
+
+    /// In the input's dtype; on burn-amp's kernels where the policy routes (f32 arithmetic,
+    /// a vectorised erf, and its own backward pass).
+    fn gelu(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let _op = cost::forwarded("gelu");
+        activation::<B>(tensor, |ops| ops.gelu, B::gelu)
+    }
+
+    /// In the input's dtype; on burn-amp's kernels where the policy routes (one pass in
+    /// f32, its own backward pass; NaN stays NaN there, where Flex's makes it 0).
+    fn relu(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
+        let _op = cost::forwarded("relu");
+        activation::<B>(tensor, |ops| ops.relu, B::relu)
+    }
+
     autocast! { B;
-        to_f32 fn softmax(tensor; dim: usize) -> FloatTensor<Self>;
-        to_f32 fn log_softmax(tensor; dim: usize) -> FloatTensor<Self>;
         to_f32 fn softmin(tensor; dim: usize) -> FloatTensor<Self>;
         to_f32 fn log_sigmoid(tensor) -> FloatTensor<Self>;
         to_widest fn prelu(tensor, alpha) -> FloatTensor<Self>;
@@ -24,8 +95,6 @@ impl<B: Backend> ActivationOps<Self> for MixedPrecision<B> {
 
     forward! { B;
         fn leaky_relu(tensor: FloatTensor<Self>, negative_slope: Scalar) -> FloatTensor<Self>;
-        fn relu(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn gelu(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
         fn sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
         fn hard_sigmoid(tensor: FloatTensor<Self>, alpha: Scalar, beta: Scalar) -> FloatTensor<Self>;
     }

@@ -15,6 +15,7 @@ use crate::MixedPrecision;
 use crate::backend::autocast;
 use crate::context::{self, with_policy};
 use crate::cost::{self, OpClass};
+use crate::cpu::{ConvGeometry, Routed};
 
 /// Casts the inputs of a compute-class module op to the compute dtype of `$policy` (the
 /// op's, resolved once).
@@ -39,7 +40,7 @@ macro_rules! conv_ops {
                 options: $options,
             ) -> FloatTensor<Self> {
                 let op = context::resolve::<B>(&B::float_device(&x));
-                cost::op(OpClass::Compute, stringify!($name), Some(op.policy.compute_dtype().into()));
+                let _op = cost::op(OpClass::Compute, stringify!($name), Some(op.policy.compute_dtype().into()));
                 compute_inputs!(op.policy; x, weight; bias);
                 op.compute(stringify!($name), x, weight, |x, weight| {
                     B::$name(x, weight, bias, options)
@@ -47,6 +48,44 @@ macro_rules! conv_ops {
             }
         )*
     };
+}
+
+/// A backend's convolution op.
+type ConvOp<B, const N: usize> =
+    fn(FloatTensor<B>, FloatTensor<B>, Option<FloatTensor<B>>, ConvOptions<N>) -> FloatTensor<B>;
+
+/// A 1-d or 2-d convolution in the compute dtype: on burn-amp's kernels where the policy
+/// routes and they take it (no FP8 site), else its inputs cast and the backend's op (or
+/// the FP8 site's).
+fn convolution<B: Backend, const N: usize>(
+    name: &'static str,
+    x: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    bias: Option<FloatTensor<B>>,
+    options: ConvOptions<N>,
+    inner: ConvOp<B, N>,
+) -> FloatTensor<B>
+where
+    ConvGeometry: From<ConvOptions<N>>,
+{
+    let op = context::resolve::<B>(&B::float_device(&x));
+    let target = op.policy.compute_dtype();
+    let _op = cost::op(OpClass::Compute, name, Some(target.into()));
+    let routed = autocast::routed::<B>(&op.policy)
+        .filter(|_| op.fp8.is_none())
+        .filter(|_| !autocast::any_f64::<B>(&[Some(&x), Some(&weight), bias.as_ref()]));
+    let (x, weight, bias) = match routed {
+        Some((ops, format)) => {
+            let args = (x, weight, bias, ConvGeometry::from(options.clone()));
+            match autocast::conv::<B>(ops, format, args, &op.policy) {
+                Ok(out) => return out,
+                Err((x, weight, bias, _)) => (x, weight, bias),
+            }
+        }
+        None => (x, weight, bias),
+    };
+    compute_inputs!(op.policy; x, weight; bias);
+    op.compute(name, x, weight, |x, weight| inner(x, weight, bias, options))
 }
 
 impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
@@ -59,7 +98,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         let op = context::resolve::<B>(&B::float_device(&x));
         let target = op.policy.compute_dtype();
-        cost::op(OpClass::Compute, "linear", Some(target.into()));
+        let _op = cost::op(OpClass::Compute, "linear", Some(target.into()));
         let routed = autocast::routed::<B>(&op.policy)
             .filter(|_| !autocast::any_f64::<B>(&[Some(&x), Some(&weight), bias.as_ref()]));
         if routed.is_some() && op.fp8.is_none() {
@@ -71,9 +110,29 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         })
     }
 
+    /// Compute class. On burn-amp's kernels (Flex) by the GEMM: the columns rounded to the
+    /// compute dtype as they are laid out, the weight while packed, the bias added to the
+    /// f32 sums.
+    fn conv1d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        options: ConvOptions<1>,
+    ) -> FloatTensor<Self> {
+        convolution::<B, 1>("conv1d", x, weight, bias, options, B::conv1d)
+    }
+
+    /// Compute class, as [`conv1d`](Self::conv1d).
+    fn conv2d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        options: ConvOptions<2>,
+    ) -> FloatTensor<Self> {
+        convolution::<B, 2>("conv2d", x, weight, bias, options, B::conv2d)
+    }
+
     conv_ops! {
-        fn conv1d(x, weight, bias; options: ConvOptions<1>);
-        fn conv2d(x, weight, bias; options: ConvOptions<2>);
         fn conv3d(x, weight, bias; options: ConvOptions<3>);
         fn conv_transpose1d(x, weight, bias; options: ConvTransposeOptions<1>);
         fn conv_transpose2d(x, weight, bias; options: ConvTransposeOptions<2>);
@@ -89,7 +148,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         options: DeformConvOptions<2>,
     ) -> FloatTensor<Self> {
         compute_inputs!(autocast::policy_of::<B>(&x); x, offset, weight; mask, bias);
-        cost::op(OpClass::Compute, "deform_conv2d", Some(x.dtype()));
+        let _op = cost::op(OpClass::Compute, "deform_conv2d", Some(x.dtype()));
         B::deform_conv2d(x, offset, weight, mask, bias, options)
     }
 
@@ -115,7 +174,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         }
         // Inference keeps the inner backend's fused kernel, fed in the compute dtype.
         compute_inputs!(policy; query, key, value; attn_bias);
-        cost::op(OpClass::Compute, "attention", Some(query.dtype()));
+        let _op = cost::op(OpClass::Compute, "attention", Some(query.dtype()));
         B::attention(query, key, value, mask, attn_bias, options)
     }
 
@@ -124,10 +183,13 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     fn embedding(weights: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
         let policy = autocast::policy_of::<B>(&weights);
         let target = policy.compute_dtype();
-        cost::op(OpClass::Compute, "embedding", Some(target.into()));
+        let _op = cost::op(OpClass::Compute, "embedding", Some(target.into()));
         autocast::to_target::<B>(B::embedding(weights, indices), target, &policy)
     }
 
+    /// Float32 class: on burn-amp's kernels where the policy routes (one op reading `x` in
+    /// its dtype, statistics in f32, with its own backward pass), else the operands cast to
+    /// f32 and the backend's op.
     fn layer_norm(
         tensor: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
@@ -135,12 +197,25 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         epsilon: f64,
     ) -> FloatTensor<Self> {
         let policy = autocast::policy_of::<B>(&tensor);
+        let _op = cost::op(
+            OpClass::Float32,
+            "layer_norm",
+            Some(burn_tensor::DType::F32),
+        );
+        let (tensor, gamma, beta) = match autocast::routed_ops::<B>(&policy) {
+            Some(ops) if !autocast::any_f64::<B>(&[Some(&tensor), Some(&gamma), beta.as_ref()]) => {
+                match (ops.layer_norm)((tensor, gamma, beta, epsilon)) {
+                    Routed::Ran(out) => return out,
+                    Routed::Declined((tensor, gamma, beta, _)) => (tensor, gamma, beta),
+                }
+            }
+            _ => (tensor, gamma, beta),
+        };
         let [tensor, gamma] = autocast::to_f32::<B, 2>([tensor, gamma], &policy);
         let beta = beta.map(|b| {
             let [b] = autocast::to_f32::<B, 1>([b], &policy);
             b
         });
-        cost::op(OpClass::Float32, "layer_norm", Some(tensor.dtype()));
         B::layer_norm(tensor, gamma, beta, epsilon)
     }
 
@@ -153,7 +228,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         let policy = autocast::policy_of::<B>(&log_probs);
         let [log_probs] = autocast::to_f32::<B, 1>([log_probs], &policy);
-        cost::op(OpClass::Float32, "ctc_loss", Some(log_probs.dtype()));
+        let _op = cost::op(OpClass::Float32, "ctc_loss", Some(log_probs.dtype()));
         B::ctc_loss(log_probs, targets, input_lengths, target_lengths, blank)
     }
 
@@ -164,7 +239,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let policy = autocast::policy_of::<B>(&signal);
         let [signal] = autocast::to_f32::<B, 1>([signal], &policy);
-        cost::op(OpClass::Float32, "rfft", Some(signal.dtype()));
+        let _op = cost::op(OpClass::Float32, "rfft", Some(signal.dtype()));
         B::rfft(signal, dim, n)
     }
 
@@ -176,7 +251,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         let policy = autocast::policy_of::<B>(&spectrum_re);
         let [re, im] = autocast::to_f32::<B, 2>([spectrum_re, spectrum_im], &policy);
-        cost::op(OpClass::Float32, "irfft", Some(re.dtype()));
+        let _op = cost::op(OpClass::Float32, "irfft", Some(re.dtype()));
         B::irfft(re, im, dim, n)
     }
 
@@ -192,7 +267,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         options: DeformConvOptions<2>,
     ) -> DeformConv2dBackward<Self> {
         compute_inputs!(autocast::policy_of::<B>(&x); x, offset, weight, output_grad; mask, bias);
-        cost::op(OpClass::Compute, "deform_conv2d_backward", Some(x.dtype()));
+        let _op = cost::op(OpClass::Compute, "deform_conv2d_backward", Some(x.dtype()));
         let g = B::deform_conv2d_backward(x, offset, weight, mask, bias, output_grad, options);
         DeformConv2dBackward::new(
             g.x_grad,
@@ -211,7 +286,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         dilation: usize,
         ceil_mode: bool,
     ) -> MaxPool1dWithIndices<Self> {
-        cost::forwarded("max_pool1d_with_indices");
+        let _op = cost::forwarded("max_pool1d_with_indices");
         let out = B::max_pool1d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode);
         MaxPool1dWithIndices::new(out.output, out.indices)
     }
@@ -228,7 +303,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     ) -> MaxPool1dBackward<Self> {
         let policy = autocast::policy_of::<B>(&x);
         let [x, output_grad] = autocast::to_widest::<B, 2>([x, output_grad], &policy);
-        cost::op(
+        let _op = cost::op(
             OpClass::Promote,
             "max_pool1d_with_indices_backward",
             Some(x.dtype()),
@@ -254,7 +329,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         dilation: [usize; 2],
         ceil_mode: bool,
     ) -> MaxPool2dWithIndices<Self> {
-        cost::forwarded("max_pool2d_with_indices");
+        let _op = cost::forwarded("max_pool2d_with_indices");
         let out = B::max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode);
         MaxPool2dWithIndices::new(out.output, out.indices)
     }
@@ -271,7 +346,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     ) -> MaxPool2dBackward<Self> {
         let policy = autocast::policy_of::<B>(&x);
         let [x, output_grad] = autocast::to_widest::<B, 2>([x, output_grad], &policy);
-        cost::op(
+        let _op = cost::op(
             OpClass::Promote,
             "max_pool2d_with_indices_backward",
             Some(x.dtype()),
@@ -332,7 +407,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         let policy = autocast::policy_of::<B>(&log_probs);
         let [log_probs, grad_loss] = autocast::to_f32::<B, 2>([log_probs, grad_loss], &policy);
-        cost::op(
+        let _op = cost::op(
             OpClass::Float32,
             "ctc_loss_backward",
             Some(log_probs.dtype()),

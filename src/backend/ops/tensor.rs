@@ -10,6 +10,8 @@ use burn_tensor::{
     TensorData, TensorMetadata,
 };
 
+use burn_amp_kernels::cpu::nn::BinaryOp;
+
 use crate::MixedPrecision;
 use crate::backend::autocast;
 use crate::context;
@@ -30,7 +32,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         let op = context::resolve::<B>(&B::float_device(&lhs));
         let target = op.policy.compute_dtype();
-        cost::op(OpClass::Compute, "matmul", Some(target.into()));
+        let _op = cost::op(OpClass::Compute, "matmul", Some(target.into()));
         let routed = autocast::routed::<B>(&op.policy)
             .filter(|_| !autocast::any_f64::<B>(&[Some(&lhs), Some(&rhs)]));
         if routed.is_some() && op.fp8.is_none() {
@@ -44,7 +46,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
 
     /// On burn-amp's vectorised casts where the backend has them (Flex).
     fn float_cast(tensor: FloatTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        cost::op(OpClass::Forwarded, "float_cast", Some(dtype.into()));
+        let _op = cost::op(OpClass::Forwarded, "float_cast", Some(dtype.into()));
         let kernels = context::current(&B::float_device(&tensor)).kernels();
         autocast::convert::<B>(tensor, dtype, kernels)
     }
@@ -55,7 +57,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     /// in f32 (Burn's Adam squares the gradient, a float32-class op) leaves the variables
     /// in their dtype.
     fn float_set_require_grad(tensor: FloatTensor<Self>, require_grad: bool) -> FloatTensor<Self> {
-        cost::forwarded("float_set_require_grad");
+        let _op = cost::forwarded("float_set_require_grad");
         let tensor = if require_grad && autocast::dtype::<B>(&tensor) == FloatDType::F32 {
             let policy = autocast::policy_of::<B>(&tensor);
             autocast::cast::<B>(tensor, policy.variable_dtype(), &policy)
@@ -66,7 +68,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     }
 
     fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self> {
-        cost::op(OpClass::Create, "float_from_data", None);
+        let _op = cost::op(OpClass::Create, "float_from_data", None);
         let requested = FloatDType::from(data.dtype);
         let tensor = B::float_from_data(data, device);
         let policy = context::policy::<B>(device);
@@ -77,28 +79,112 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         autocast::cast::<B>(tensor, dtype, &policy)
     }
 
+    /// Promote class; 16-bit operands on burn-amp's kernels where the policy routes.
+    fn float_add(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        autocast::arithmetic::<B>(BinaryOp::Add, "float_add", lhs, rhs, B::float_add)
+    }
+
+    fn float_sub(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        autocast::arithmetic::<B>(BinaryOp::Sub, "float_sub", lhs, rhs, B::float_sub)
+    }
+
+    fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        autocast::arithmetic::<B>(BinaryOp::Mul, "float_mul", lhs, rhs, B::float_mul)
+    }
+
+    fn float_div(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        autocast::arithmetic::<B>(BinaryOp::Div, "float_div", lhs, rhs, B::float_div)
+    }
+
+    /// Forwarded; a 16-bit tensor on burn-amp's kernels where the policy routes.
+    fn float_add_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        autocast::arithmetic_scalar::<B>(
+            BinaryOp::Add,
+            "float_add_scalar",
+            lhs,
+            rhs,
+            B::float_add_scalar,
+        )
+    }
+
+    fn float_sub_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        autocast::arithmetic_scalar::<B>(
+            BinaryOp::Sub,
+            "float_sub_scalar",
+            lhs,
+            rhs,
+            B::float_sub_scalar,
+        )
+    }
+
+    fn float_mul_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        autocast::arithmetic_scalar::<B>(
+            BinaryOp::Mul,
+            "float_mul_scalar",
+            lhs,
+            rhs,
+            B::float_mul_scalar,
+        )
+    }
+
+    fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        autocast::arithmetic_scalar::<B>(
+            BinaryOp::Div,
+            "float_div_scalar",
+            lhs,
+            rhs,
+            B::float_div_scalar,
+        )
+    }
+
+    /// Creation class. Under a mixed policy whose backend has burn-amp's kernels, a
+    /// Bernoulli tensor (dropout's mask) comes from burn-amp's counter-based generator,
+    /// keyed from the backend's own (so `Backend::seed` still makes it repeatable).
     fn float_random(
         shape: Shape,
         distribution: Distribution,
         device: &Device<Self>,
         dtype: FloatDType,
     ) -> FloatTensor<Self> {
-        cost::op(OpClass::Create, "float_random", None);
-        B::float_random(
-            shape,
-            distribution,
-            device,
-            creation_dtype::<B>(device, dtype),
-        )
+        let _op = cost::op(OpClass::Create, "float_random", None);
+        let dtype = creation_dtype::<B>(device, dtype);
+        if let Distribution::Bernoulli(p) = distribution
+            && (0.0..=1.0).contains(&p)
+            && dtype != FloatDType::F64
+            && let Some(ops) = autocast::routed_ops::<B>(&context::policy::<B>(device))
+        {
+            return (ops.bernoulli)(shape, p, dtype.into());
+        }
+        B::float_random(shape, distribution, device, dtype)
+    }
+
+    /// Forwarded; where the policy routes, a view the reshape would copy is made contiguous
+    /// first on burn-amp's layout kernel (with its own backward pass).
+    fn float_reshape(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self> {
+        let _op = cost::forwarded("float_reshape");
+        let tensor = match autocast::routed_ops::<B>(&autocast::policy_of::<B>(&tensor)) {
+            Some(ops) => (ops.contiguous)(tensor),
+            None => tensor,
+        };
+        B::float_reshape(tensor, shape)
+    }
+
+    /// Forwarded (a view); where the policy routes, its gradient comes back contiguous.
+    fn float_swap_dims(tensor: FloatTensor<Self>, dim1: usize, dim2: usize) -> FloatTensor<Self> {
+        let _op = cost::forwarded("float_swap_dims");
+        match autocast::routed_ops::<B>(&autocast::policy_of::<B>(&tensor)) {
+            Some(ops) => (ops.swap_dims)(tensor, dim1, dim2),
+            None => B::float_swap_dims(tensor, dim1, dim2),
+        }
     }
 
     fn float_zeros(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        cost::op(OpClass::Create, "float_zeros", None);
+        let _op = cost::op(OpClass::Create, "float_zeros", None);
         B::float_zeros(shape, device, creation_dtype::<B>(device, dtype))
     }
 
     fn float_ones(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        cost::op(OpClass::Create, "float_ones", None);
+        let _op = cost::op(OpClass::Create, "float_ones", None);
         B::float_ones(shape, device, creation_dtype::<B>(device, dtype))
     }
 
@@ -108,7 +194,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         device: &Device<Self>,
         dtype: FloatDType,
     ) -> FloatTensor<Self> {
-        cost::op(OpClass::Create, "float_full", None);
+        let _op = cost::op(OpClass::Create, "float_full", None);
         B::float_full(
             shape,
             fill_value,
@@ -118,12 +204,12 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     }
 
     fn float_empty(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        cost::op(OpClass::Create, "float_empty", None);
+        let _op = cost::op(OpClass::Create, "float_empty", None);
         B::float_empty(shape, device, creation_dtype::<B>(device, dtype))
     }
 
     fn float_cat(tensors: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
-        cost::op(OpClass::Promote, "float_cat", None);
+        let _op = cost::op(OpClass::Promote, "float_cat", None);
         let Some(first) = tensors.first() else {
             return B::float_cat(tensors, dim);
         };
@@ -138,7 +224,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         let policy = autocast::policy_of::<B>(&tensor);
         let [tensor, value] = autocast::to_widest::<B, 2>([tensor, value], &policy);
-        cost::op(OpClass::Promote, "float_mask_where", Some(tensor.dtype()));
+        let _op = cost::op(OpClass::Promote, "float_mask_where", Some(tensor.dtype()));
         B::float_mask_where(tensor, mask, value)
     }
 
@@ -149,7 +235,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         let policy = autocast::policy_of::<B>(&tensor);
         let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value], &policy);
-        cost::op(
+        let _op = cost::op(
             autocast::class::to_dtype_of_first,
             "float_slice_assign",
             None,
@@ -165,7 +251,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         let policy = autocast::policy_of::<B>(&tensor);
         let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value], &policy);
-        cost::op(
+        let _op = cost::op(
             autocast::class::to_dtype_of_first,
             "float_scatter_add",
             None,
@@ -181,7 +267,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         let policy = autocast::policy_of::<B>(&tensor);
         let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value], &policy);
-        cost::op(autocast::class::to_dtype_of_first, "float_select_add", None);
+        let _op = cost::op(autocast::class::to_dtype_of_first, "float_select_add", None);
         B::float_select_add(tensor, dim, indices, value)
     }
 
@@ -193,7 +279,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         let policy = autocast::policy_of::<B>(&data);
         let [data, values] = autocast::to_dtype_of_first::<B, 2>([data, values], &policy);
-        cost::op(autocast::class::to_dtype_of_first, "float_scatter_nd", None);
+        let _op = cost::op(autocast::class::to_dtype_of_first, "float_scatter_nd", None);
         B::float_scatter_nd(data, indices, values, reduction)
     }
 
@@ -223,10 +309,6 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         to_f32 fn float_cumprod(tensor; dim: usize) -> FloatTensor<Self>;
 
         // Promote class: several float inputs meet in the widest dtype.
-        to_widest fn float_add(lhs, rhs) -> FloatTensor<Self>;
-        to_widest fn float_sub(lhs, rhs) -> FloatTensor<Self>;
-        to_widest fn float_mul(lhs, rhs) -> FloatTensor<Self>;
-        to_widest fn float_div(lhs, rhs) -> FloatTensor<Self>;
         to_widest fn float_remainder(lhs, rhs) -> FloatTensor<Self>;
         to_widest fn float_atan2(lhs, rhs) -> FloatTensor<Self>;
         to_widest fn float_cross(lhs, rhs; dim: usize) -> FloatTensor<Self>;
@@ -245,20 +327,14 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         fn float_to_device(tensor: FloatTensor<Self>, device: &Device<Self>) -> FloatTensor<Self>;
         fn float_into_int(tensor: FloatTensor<Self>, out_dtype: IntDType) -> IntTensor<Self>;
         fn float_repeat_dim(tensor: FloatTensor<Self>, dim: usize, times: usize) -> FloatTensor<Self>;
-        fn float_add_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
         fn float_clamp_min(tensor: FloatTensor<Self>, min: Scalar) -> FloatTensor<Self>;
         fn float_clamp_max(tensor: FloatTensor<Self>, max: Scalar) -> FloatTensor<Self>;
         fn float_clamp(tensor: FloatTensor<Self>, min: Scalar, max: Scalar) -> FloatTensor<Self>;
-        fn float_sub_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
-        fn float_mul_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
-        fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
         fn float_remainder_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
         fn float_neg(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
         fn float_transpose(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_swap_dims(tensor: FloatTensor<Self>, dim1: usize, dim2: usize) -> FloatTensor<Self>;
         fn float_permute(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self>;
         fn float_flip(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self>;
-        fn float_reshape(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self>;
         fn float_gather(dim: usize, tensor: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self>;
         fn float_gather_nd(_data: FloatTensor<Self>, _indices: IntTensor<Self>) -> FloatTensor<Self>;
         fn float_select(tensor: FloatTensor<Self>, dim: usize, indices: IntTensor<Self>) -> FloatTensor<Self>;

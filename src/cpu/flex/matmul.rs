@@ -10,7 +10,7 @@ use burn_amp_kernels::cpu::{Isa, cast};
 use burn_tensor::{DType, Shape};
 use rayon::prelude::*;
 
-use super::tensor::{flatten_rows, format, from_vec, matrix, reshaped, zeros};
+use super::tensor::{flatten_rows, format, from_vec, matrix, reshaped, values_f32, zeros};
 use crate::dtype::with_float;
 
 /// How a matmul's operands line up.
@@ -198,15 +198,6 @@ pub(crate) fn linear_grads(
     });
     let grad_b = (wants[2]).then(|| column_sums(&g, dtypes[2]));
     [grad_x, grad_w, grad_b]
-}
-
-/// A small tensor's values as f32 (a bias).
-fn values_f32(t: &FlexTensor) -> Vec<f32> {
-    let t = t.to_contiguous();
-    let n = t.layout().num_elements();
-    with_float!(t.dtype(), T => {
-        cast::to_vec::<T, f32>(Isa::detect(), &t.storage::<T>()[..n])
-    }, _ => panic!("a bias of dtype {:?}", t.dtype()))
 }
 
 /// The sum of each column of a `[rows, cols]` matrix, in f32, then in `dtype`.

@@ -1,11 +1,16 @@
-//! The CPU kernel family on Burn's Flex backend: casts and the mixed-precision GEMM of
-//! `burn_amp_kernels::cpu` on Flex tensors (`tensor`: views of their buffers), as plain ops
-//! (`cast`, `matmul`) and as differentiable ops of `Autodiff<Flex>` (`autodiff`). The
-//! decorator reaches them through the table of `crate::cpu`.
+//! The CPU kernel family on Burn's Flex backend: the kernels of `burn_amp_kernels::cpu` on
+//! Flex tensors (`tensor`: views of their buffers): casts, the mixed-precision GEMM for
+//! matmuls and linears (`matmul`) and convolutions (`conv`), the ops around them (`nn`),
+//! copies of views (`layout`), as plain ops of `Flex` and as differentiable ops of
+//! `Autodiff<Flex>` (`autodiff`). The decorator reaches them through the table of
+//! `crate::cpu`.
 
 mod autodiff;
 mod cast;
+mod conv;
+mod layout;
 mod matmul;
+mod nn;
 mod optim;
 #[macro_use]
 mod tensor;
@@ -15,9 +20,11 @@ use burn::backend::Flex;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::cast::Format;
-use burn_tensor::DType;
+use burn_amp_kernels::cpu::nn::BinaryOp;
+use burn_tensor::backend::AutodiffBackend;
+use burn_tensor::{DType, Shape};
 
-use super::{Linear, Routed, RoutedOps};
+use super::{ConvArgs, LayerNormArgs, Linear, Routed, RoutedOps};
 
 pub(super) use optim::{adamw, count_nonfinite, unscale};
 
@@ -42,14 +49,83 @@ fn linear(operands: Linear<Flex>, format: Format, out: DType) -> Routed<FlexTens
     Routed::Ran(matmul::linear(x, weight, bias.as_ref(), format, out))
 }
 
+fn conv(args: ConvArgs<Flex>, format: Format, out: DType) -> Routed<FlexTensor, ConvArgs<Flex>> {
+    let (x, weight, bias, geometry) = &args;
+    match conv::ConvPlan::of(x, weight, bias.as_ref(), geometry) {
+        Some(plan) => Routed::Ran(plan.forward(x, weight, bias.as_ref(), format, out)),
+        None => Routed::Declined(args),
+    }
+}
+
+fn softmax(x: FlexTensor, log: bool) -> Routed<FlexTensor, FlexTensor> {
+    if !nn::takes_rows(&x) {
+        return Routed::Declined(x);
+    }
+    Routed::Ran(nn::softmax(&x, log))
+}
+
+fn layer_norm(args: LayerNormArgs<Flex>) -> Routed<FlexTensor, LayerNormArgs<Flex>> {
+    let (x, gamma, beta, epsilon) = &args;
+    if !nn::takes_layer_norm(x, gamma, beta.as_ref()) {
+        return Routed::Declined(args);
+    }
+    Routed::Ran(nn::layer_norm(x, gamma, beta.as_ref(), *epsilon).0)
+}
+
+fn gelu(x: FlexTensor) -> Routed<FlexTensor, FlexTensor> {
+    if !nn::takes(&x) {
+        return Routed::Declined(x);
+    }
+    Routed::Ran(nn::gelu(&x))
+}
+
+fn relu(x: FlexTensor) -> Routed<FlexTensor, FlexTensor> {
+    if !nn::takes(&x) {
+        return Routed::Declined(x);
+    }
+    Routed::Ran(nn::relu(&x))
+}
+
+fn binary(op: BinaryOp, lhs: FlexTensor, rhs: FlexTensor) -> Routed<FlexTensor, [FlexTensor; 2]> {
+    if !nn::takes_binary(&lhs, &rhs) || lhs.dtype() != rhs.dtype() {
+        return Routed::Declined([lhs, rhs]);
+    }
+    Routed::Ran(nn::binary(op, &lhs, &rhs, lhs.dtype()))
+}
+
+fn scalar(op: BinaryOp, x: FlexTensor, s: f32) -> Routed<FlexTensor, FlexTensor> {
+    if !nn::takes(&x) {
+        return Routed::Declined(x);
+    }
+    Routed::Ran(nn::scalar(op, &x, s, x.dtype()))
+}
+
+fn autodiff_bernoulli<C: CheckpointStrategy>(
+    shape: Shape,
+    p: f64,
+    dtype: DType,
+) -> burn_tensor::ops::FloatTensor<Autodiff<Flex, C>> {
+    Autodiff::<Flex, C>::from_inner(nn::bernoulli(shape, p, dtype))
+}
+
 /// The routed ops of `Flex`.
 pub(super) fn ops() -> RoutedOps<Flex> {
     RoutedOps {
         cast: cast::cast,
         matmul,
         linear,
+        conv,
         unscale: Some(unscale),
         count_nonfinite: Some(count_nonfinite),
+        softmax,
+        layer_norm,
+        gelu,
+        relu,
+        binary,
+        scalar,
+        bernoulli: nn::bernoulli,
+        contiguous: |x| layout::contiguous(&x),
+        swap_dims: <Flex as burn_tensor::ops::FloatTensorOps<Flex>>::float_swap_dims,
     }
 }
 
@@ -59,7 +135,17 @@ pub(super) fn autodiff_ops<C: CheckpointStrategy>() -> RoutedOps<Autodiff<Flex, 
         cast: autodiff::cast::<C>,
         matmul: autodiff::matmul::<C>,
         linear: autodiff::linear::<C>,
+        conv: autodiff::conv::<C>,
         unscale: None,
         count_nonfinite: None,
+        softmax: autodiff::softmax::<C>,
+        layer_norm: autodiff::layer_norm::<C>,
+        gelu: autodiff::gelu::<C>,
+        relu: autodiff::relu::<C>,
+        binary: autodiff::binary::<C>,
+        scalar: autodiff::scalar::<C>,
+        bernoulli: autodiff_bernoulli::<C>,
+        contiguous: autodiff::contiguous::<C>,
+        swap_dims: autodiff::swap_dims::<C>,
     }
 }

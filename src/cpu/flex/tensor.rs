@@ -90,3 +90,20 @@ pub(super) fn reshaped(t: FlexTensor, shape: Shape) -> FlexTensor {
     let dtype = t.dtype();
     FlexTensor::from_arc(t.data_arc(), Layout::contiguous(shape), dtype)
 }
+
+/// The values of a contiguous tensor of element type `T`.
+pub(super) fn values<T: CpuFloat + Element + bytemuck::Pod>(t: &FlexTensor) -> &[T] {
+    t.as_slice::<T>()
+        .expect("a contiguous tensor of its own dtype")
+}
+
+/// A small tensor's values in f32 (a bias, gamma, beta), in its logical order.
+pub(super) fn values_f32(t: &FlexTensor) -> Vec<f32> {
+    let t = super::layout::contiguous(t);
+    crate::dtype::with_float!(t.dtype(), T => {
+        burn_amp_kernels::cpu::cast::to_vec::<T, f32>(
+            burn_amp_kernels::cpu::Isa::detect(),
+            values::<T>(&t),
+        )
+    })
+}

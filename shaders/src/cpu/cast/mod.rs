@@ -152,6 +152,13 @@ pub fn convert<S: CpuFloat, D: CpuFloat>(
     Ok(())
 }
 
+/// Converts one block of `src` into `dst` (same length) on the calling thread: what the
+/// kernels that compute in f32 use to read and write their operands a block at a time.
+pub(crate) fn convert_block<S: CpuFloat, D: CpuFloat>(isa: Isa, src: &[S], dst: &mut [D]) {
+    debug_assert_eq!(src.len(), dst.len());
+    convert_serial(isa, src, dst, false);
+}
+
 /// Converts `src` into a new vector (see [`convert`]).
 pub fn to_vec<S: CpuFloat, D: CpuFloat>(isa: Isa, src: &[S]) -> Vec<D> {
     let mut dst = zeroed(src.len());

@@ -35,12 +35,29 @@ unsafe impl<T> Send for SendPtr<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for SendPtr<T> {}
 
-/// `c = a b` (shapes checked by the caller).
+/// A bias added to the f32 sums: one value per column of C (a linear layer's), or per row
+/// (a convolution's, whose rows are output channels).
+#[derive(Clone, Copy)]
+pub(super) enum Bias<'a> {
+    Cols(&'a [f32]),
+    Rows(&'a [f32]),
+}
+
+impl Bias<'_> {
+    fn at(&self, i: usize, j: usize) -> f32 {
+        match self {
+            Bias::Cols(b) => b[j],
+            Bias::Rows(b) => b[i],
+        }
+    }
+}
+
+/// `c = a b + bias` (shapes checked by the caller).
 pub(super) fn run<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
     kernel: Kernel,
     a: MatRef<'_, A>,
     b: MatRef<'_, B>,
-    bias: Option<&[f32]>,
+    bias: Option<Bias<'_>>,
     c: &mut [C],
 ) {
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
@@ -49,10 +66,10 @@ pub(super) fn run<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
     }
     if k == 0 {
         match bias {
-            Some(bias) => c.chunks_mut(n).for_each(|row| {
+            Some(bias) => c.chunks_mut(n).enumerate().for_each(|(i, row)| {
                 row.iter_mut()
-                    .zip(bias)
-                    .for_each(|(c, b)| *c = C::from_f32(*b))
+                    .enumerate()
+                    .for_each(|(j, c)| *c = C::from_f32(bias.at(i, j)))
             }),
             None => c.fill(C::default()),
         }
@@ -99,7 +116,7 @@ struct Problem<'a, A, B> {
     kernel: Kernel,
     a: MatRef<'a, A>,
     b: MatRef<'a, B>,
-    bias: Option<&'a [f32]>,
+    bias: Option<Bias<'a>>,
 }
 
 /// C's block `rows x cols` (each an (offset, length) pair), plus the bias's columns.
@@ -171,11 +188,16 @@ unsafe fn run_block<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
         }
     }
     if let Some(bias) = bias {
-        let bias = &bias[j0..j0 + nb];
         for i in 0..mb {
             // SAFETY: row i of the accumulator block.
             let row = unsafe { core::slice::from_raw_parts_mut(acc.add(i * ldacc), nb) };
-            row.iter_mut().zip(bias).for_each(|(c, b)| *c += b);
+            match bias {
+                Bias::Cols(b) => row
+                    .iter_mut()
+                    .zip(&b[j0..j0 + nb])
+                    .for_each(|(c, b)| *c += b),
+                Bias::Rows(b) => row.iter_mut().for_each(|c| *c += b[i0 + i]),
+            }
         }
     }
     if C::FORMAT != Format::F32 {

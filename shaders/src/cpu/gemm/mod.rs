@@ -74,10 +74,11 @@ pub enum GemmError {
         /// Values in the output slice.
         len: usize,
     },
-    /// The bias does not hold one value per column of the product.
-    #[error("the bias holds {len} values for a product of {cols} columns")]
+    /// The bias does not hold one value per column of the product (per row, for
+    /// [`gemm_row_bias`]).
+    #[error("the bias holds {len} values where the product needs {cols}")]
     BiasLength {
-        /// Columns of the product.
+        /// Columns of the product (rows, for [`gemm_row_bias`]).
         cols: usize,
         /// Values in the bias.
         len: usize,
@@ -247,6 +248,39 @@ pub fn gemm_bias<A: CpuFloat, B: CpuFloat, D: CpuFloat, C: CpuFloat>(
     bias: Option<&[D]>,
     c: &mut [C],
 ) -> Result<(), GemmError> {
+    check(&a, &b, c.len())?;
+    let bias = bias
+        .map(|bias| rounded_bias(bias, b.cols, kernel.format()))
+        .transpose()?;
+    driver::run(kernel, a, b, bias.as_deref().map(driver::Bias::Cols), c);
+    Ok(())
+}
+
+/// `c = a b + bias` with the bias added to every column (one value per row of the
+/// product): a convolution's, whose rows are output channels. Rounded and added as in
+/// [`gemm_bias`].
+///
+/// # Errors
+/// As [`gemm`], and [`GemmError::BiasLength`] when the bias does not hold `a.rows()` values.
+pub fn gemm_row_bias<A: CpuFloat, B: CpuFloat, D: CpuFloat, C: CpuFloat>(
+    kernel: Kernel,
+    a: MatRef<'_, A>,
+    b: MatRef<'_, B>,
+    bias: &[D],
+    c: &mut [C],
+) -> Result<(), GemmError> {
+    check(&a, &b, c.len())?;
+    let bias = rounded_bias(bias, a.rows, kernel.format())?;
+    driver::run(kernel, a, b, Some(driver::Bias::Rows(&bias)), c);
+    Ok(())
+}
+
+/// Whether `a b` can be written into `len` values.
+fn check<A: CpuFloat, B: CpuFloat>(
+    a: &MatRef<'_, A>,
+    b: &MatRef<'_, B>,
+    len: usize,
+) -> Result<(), GemmError> {
     if a.cols != b.rows {
         return Err(GemmError::ShapeMismatch {
             a_rows: a.rows,
@@ -255,29 +289,29 @@ pub fn gemm_bias<A: CpuFloat, B: CpuFloat, D: CpuFloat, C: CpuFloat>(
             b_cols: b.cols,
         });
     }
-    if c.len() != a.rows * b.cols {
+    if len != a.rows * b.cols {
         return Err(GemmError::OutputLength {
             rows: a.rows,
             cols: b.cols,
-            len: c.len(),
+            len,
         });
     }
-    let bias: Option<Vec<f32>> = match bias {
-        Some(bias) if bias.len() != b.cols => {
-            return Err(GemmError::BiasLength {
-                cols: b.cols,
-                len: bias.len(),
-            });
-        }
-        Some(bias) => Some(
-            bias.iter()
-                .map(|v| round(v.to_f32(), kernel.format()))
-                .collect(),
-        ),
-        None => None,
-    };
-    driver::run(kernel, a, b, bias.as_deref(), c);
     Ok(())
+}
+
+/// A bias of `len` values rounded to the compute format, as its cast would.
+fn rounded_bias<D: CpuFloat>(
+    bias: &[D],
+    len: usize,
+    format: Format,
+) -> Result<Vec<f32>, GemmError> {
+    if bias.len() != len {
+        return Err(GemmError::BiasLength {
+            cols: len,
+            len: bias.len(),
+        });
+    }
+    Ok(bias.iter().map(|v| round(v.to_f32(), format)).collect())
 }
 
 /// `x` rounded to `format` and widened again (exact for the widening).

@@ -16,9 +16,10 @@ use burn_amp_kernels::cpu::cast::Format;
 use burn_tensor::ops::FloatTensor;
 use burn_tensor::{DType, FloatDType, Shape, TensorMetadata};
 
-use super::super::{Linear, Routed};
-use super::cast::cast as flex_cast;
-use super::matmul::{Plan, linear as flex_linear, linear_grads, takes_linear};
+use super::super::super::{Linear, Routed};
+use super::super::cast::cast as flex_cast;
+use super::super::matmul::{Plan, linear as flex_linear, linear_grads, takes_linear};
+use super::node::{Grads, record};
 
 type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
 
@@ -30,6 +31,7 @@ impl Backward<Flex, 1> for Cast {
     type State = FloatDType;
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let _time = crate::cost::timed("cast (backward)", None);
         let dtype = ops.state;
         unary::<Flex, _>(ops.parents, ops.node, grads, |grad| flex_cast(grad, dtype));
     }
@@ -73,6 +75,7 @@ impl Backward<Flex, 2> for Matmul {
         grads: &mut Gradients,
         checkpointer: &mut Checkpointer,
     ) {
+        let _time = crate::cost::timed("matmul (backward)", None);
         let s = ops.state;
         let lhs: Option<FlexTensor> = s.lhs.map(|id| checkpointer.retrieve_node_output(id));
         let rhs: Option<FlexTensor> = s.rhs.map(|id| checkpointer.retrieve_node_output(id));
@@ -129,70 +132,29 @@ pub(crate) fn matmul<C: CheckpointStrategy>(
     )
 }
 
-#[derive(Debug)]
-struct LinearWithBias;
-
-#[derive(Debug)]
-struct LinearNoBias;
-
-/// What the backward pass of a linear layer needs.
+/// What the backward pass of a linear layer needs: the operands (`x` where the weight needs
+/// a gradient, the weight where `x` does), not rounded copies.
 #[derive(Clone, Debug)]
 struct LinearState {
-    x: Option<NodeId>,
-    weight: Option<NodeId>,
+    x: Option<FlexTensor>,
+    weight: Option<FlexTensor>,
     format: Format,
     /// x, weight, bias.
     dtypes: [DType; 3],
 }
 
-fn linear_backward<const N: usize>(
-    ops: Ops<LinearState, N>,
-    grads: &mut Gradients,
-    checkpointer: &mut Checkpointer,
-) {
-    let s = ops.state;
-    let grad: FlexTensor = grads.consume::<Flex>(&ops.node);
-    let x: Option<FlexTensor> = s.x.map(|id| checkpointer.retrieve_node_output(id));
-    let weight: Option<FlexTensor> = s.weight.map(|id| checkpointer.retrieve_node_output(id));
-    let wants = core::array::from_fn(|i| ops.parents.get(i).is_some_and(Option::is_some));
-    let out = linear_grads(
-        &grad,
-        x.as_ref(),
-        weight.as_ref(),
-        s.dtypes,
-        wants,
-        s.format,
-    );
-    for (parent, grad) in ops.parents.iter().zip(out) {
-        if let (Some(parent), Some(grad)) = (parent, grad) {
-            grads.register::<Flex>(parent.id, grad);
-        }
-    }
-}
+impl Grads for LinearState {
+    const NAME: &'static str = "linear (backward)";
 
-impl Backward<Flex, 3> for LinearWithBias {
-    type State = LinearState;
-
-    fn backward(
-        self,
-        ops: Ops<Self::State, 3>,
-        grads: &mut Gradients,
-        checkpointer: &mut Checkpointer,
-    ) {
-        linear_backward(ops, grads, checkpointer);
-    }
-}
-
-impl Backward<Flex, 2> for LinearNoBias {
-    type State = LinearState;
-
-    fn backward(
-        self,
-        ops: Ops<Self::State, 2>,
-        grads: &mut Gradients,
-        checkpointer: &mut Checkpointer,
-    ) {
-        linear_backward(ops, grads, checkpointer);
+    fn grads(&self, grad: &FlexTensor, wants: [bool; 3]) -> [Option<FlexTensor>; 3] {
+        linear_grads(
+            grad,
+            self.x.as_ref(),
+            self.weight.as_ref(),
+            self.dtypes,
+            wants,
+            self.format,
+        )
     }
 }
 
@@ -203,44 +165,27 @@ pub(crate) fn linear<C: CheckpointStrategy>(
     format: Format,
     out: DType,
 ) -> Routed<Tensor<C>, Linear<Autodiff<Flex, C>>> {
+    let (x, weight, bias) = &operands;
     if !takes_linear(
-        &operands.0.primitive,
-        &operands.1.primitive,
-        operands.2.as_ref().map(|b| &b.primitive),
+        &x.primitive,
+        &weight.primitive,
+        bias.as_ref().map(|b| &b.primitive),
     ) {
         return Routed::Declined(operands);
     }
-    let (x, weight, bias) = operands;
-    let (x_tracked, w_tracked) = (x.is_tracked(), weight.is_tracked());
-    let dtypes = [
-        x.primitive.dtype(),
-        weight.primitive.dtype(),
-        bias.as_ref().map_or(DType::F32, |b| b.primitive.dtype()),
-    ];
-    let forward =
-        |b: Option<&FlexTensor>| flex_linear(&x.primitive, &weight.primitive, b, format, out);
-    macro_rules! record {
-        ($op:expr, $nodes:expr, $bias:expr) => {
-            match $op.prepare::<C>($nodes).compute_bound().stateful() {
-                OpsKind::Tracked(mut prep) => {
-                    let state = LinearState {
-                        x: w_tracked.then(|| prep.checkpoint(&x)),
-                        weight: x_tracked.then(|| prep.checkpoint(&weight)),
-                        format,
-                        dtypes,
-                    };
-                    prep.finish(state, forward($bias))
-                }
-                OpsKind::UnTracked(prep) => prep.finish(forward($bias)),
-            }
-        };
-    }
-    Routed::Ran(match &bias {
-        Some(b) => record!(
-            LinearWithBias,
-            [x.node.clone(), weight.node.clone(), b.node.clone()],
-            Some(&b.primitive)
-        ),
-        None => record!(LinearNoBias, [x.node.clone(), weight.node.clone()], None),
-    })
+    let state = || LinearState {
+        x: weight.is_tracked().then(|| x.primitive.clone()),
+        weight: x.is_tracked().then(|| weight.primitive.clone()),
+        format,
+        dtypes: [
+            x.primitive.dtype(),
+            weight.primitive.dtype(),
+            bias.as_ref().map_or(DType::F32, |b| b.primitive.dtype()),
+        ],
+    };
+    let forward = || {
+        let b = bias.as_ref().map(|b| &b.primitive);
+        flex_linear(&x.primitive, &weight.primitive, b, format, out)
+    };
+    Routed::Ran(record::<C, _>((x, weight, bias.as_ref()), state, forward))
 }

@@ -3,10 +3,9 @@
 //! backends launch the kernels, fused backends register them as custom operations,
 //! decorators hand the work to their inner backend, CPU backends take the reference path.
 
-mod autodiff;
 #[cfg(feature = "cubecl-backends")]
 mod cube;
-mod decorator;
 #[cfg(feature = "fusion")]
 mod fusion;
 mod portable;
+mod wrappers;

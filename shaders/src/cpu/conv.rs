@@ -1,0 +1,352 @@
+//! A 2-d convolution (one group) as a product: `im2col` lays each output position's
+//! receptive field out as a column, so the convolution is `weight [out, patch] x cols
+//! [patch, positions]` on the [`gemm`](super::gemm) kernels, which round the operands to
+//! the compute format while packing; `col2im` is its adjoint, which sums a column gradient
+//! back into the input's. A 1-d convolution is the 2-d one with a height of 1.
+//!
+//! The columns of several samples sit side by side (`cols[k, n * positions + p]`), so one
+//! product covers a chunk of the batch; a caller bounds the chunk to keep `cols` small.
+//!
+//! ```
+//! use burn_amp_kernels::cpu::{Isa, conv::{self, ConvShape}};
+//!
+//! // One 1-channel 3x3 image, a 2x2 kernel: 4 positions, patches of 4 values.
+//! let shape = ConvShape::new(1, 1, [3, 3], [2, 2]);
+//! let x: Vec<f32> = (1..=9).map(|v| v as f32).collect();
+//! let mut cols = vec![0f32; shape.patch() * shape.positions()];
+//! conv::im2col(Isa::detect(), &shape, &x, 0..1, &mut cols)?;
+//! assert_eq!(cols[..4], [1.0, 2.0, 4.0, 5.0]); // the top-left value of each patch
+//! # Ok::<(), conv::ConvError>(())
+//! ```
+
+use core::ops::Range;
+
+use rayon::prelude::*;
+
+use super::Isa;
+use super::cast::{self, CpuFloat};
+
+/// Why a convolution was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConvError {
+    /// The kernel (dilated) does not fit in the padded input, or a stride or dilation is 0.
+    #[error(
+        "a {kernel:?} kernel (dilation {dilation:?}, stride {stride:?}) on a {size:?} input padded by {padding:?}"
+    )]
+    Geometry {
+        /// Kernel size.
+        kernel: [usize; 2],
+        /// Dilation.
+        dilation: [usize; 2],
+        /// Stride.
+        stride: [usize; 2],
+        /// Input size.
+        size: [usize; 2],
+        /// Padding.
+        padding: [usize; 2],
+    },
+    /// A slice does not hold what the shape and the samples imply.
+    #[error("{what}: {expected} values expected, {got} given")]
+    Length {
+        /// Which slice.
+        what: &'static str,
+        /// What the shape implies.
+        expected: usize,
+        /// What it holds.
+        got: usize,
+    },
+}
+
+/// The geometry of a convolution: input `[batch, channels, height, width]`, weight
+/// `[out_channels, channels, kh, kw]`, one group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConvShape {
+    /// Samples.
+    pub batch: usize,
+    /// Input channels.
+    pub channels: usize,
+    /// Input height and width.
+    pub size: [usize; 2],
+    /// Kernel height and width.
+    pub kernel: [usize; 2],
+    /// Stride (non-zero).
+    pub stride: [usize; 2],
+    /// Zero padding on each side.
+    pub padding: [usize; 2],
+    /// Dilation (non-zero).
+    pub dilation: [usize; 2],
+}
+
+impl ConvShape {
+    /// Stride 1, no padding, no dilation.
+    pub fn new(batch: usize, channels: usize, size: [usize; 2], kernel: [usize; 2]) -> Self {
+        Self {
+            batch,
+            channels,
+            size,
+            kernel,
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+        }
+    }
+
+    /// Output height and width, or `None` when the kernel does not fit.
+    pub fn out_size(&self) -> Option<[usize; 2]> {
+        let along = |d: usize| {
+            if self.stride[d] == 0 || self.dilation[d] == 0 || self.kernel[d] == 0 {
+                return None;
+            }
+            let span = self.dilation[d] * (self.kernel[d] - 1) + 1;
+            let padded = self.size[d] + 2 * self.padding[d];
+            (padded >= span).then(|| (padded - span) / self.stride[d] + 1)
+        };
+        Some([along(0)?, along(1)?])
+    }
+
+    /// Output positions of one sample.
+    pub fn positions(&self) -> usize {
+        self.out_size().map_or(0, |[h, w]| h * w)
+    }
+
+    /// Values of one patch (a column): `channels * kh * kw`.
+    pub fn patch(&self) -> usize {
+        self.channels * self.kernel[0] * self.kernel[1]
+    }
+
+    /// Values of one input sample.
+    pub fn sample(&self) -> usize {
+        self.channels * self.size[0] * self.size[1]
+    }
+
+    fn check(&self) -> Result<[usize; 2], ConvError> {
+        self.out_size().ok_or(ConvError::Geometry {
+            kernel: self.kernel,
+            dilation: self.dilation,
+            stride: self.stride,
+            size: self.size,
+            padding: self.padding,
+        })
+    }
+
+    /// The input coordinate of output coordinate `o` and kernel offset `k` along `d`, if it
+    /// is inside the input (else it is in the padding).
+    #[inline(always)]
+    fn input_at(&self, d: usize, o: usize, k: usize) -> Option<usize> {
+        let at = (o * self.stride[d] + k * self.dilation[d]).checked_sub(self.padding[d])?;
+        (at < self.size[d]).then_some(at)
+    }
+
+    /// The output coordinates along `d` (of `outs`) whose input coordinate for kernel offset
+    /// `k` is inside the input: a range, and the input coordinate of its first.
+    fn valid(&self, d: usize, k: usize, outs: usize) -> (core::ops::Range<usize>, usize) {
+        let (s, shift) = (self.stride[d], k * self.dilation[d]);
+        let p = self.padding[d];
+        // o * s + shift >= p, and o * s + shift - p < size.
+        let lo = p.saturating_sub(shift).div_ceil(s);
+        let hi = if self.size[d] + p > shift {
+            ((self.size[d] + p - shift - 1) / s + 1).min(outs)
+        } else {
+            0
+        };
+        let lo = lo.min(hi);
+        (lo..hi, (lo * s + shift).saturating_sub(p))
+    }
+}
+
+fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), ConvError> {
+    if expected == got {
+        Ok(())
+    } else {
+        Err(ConvError::Length {
+            what,
+            expected,
+            got,
+        })
+    }
+}
+
+/// The columns of samples `samples` of `x` (the whole batch, `[batch, channels, h, w]`)
+/// into `cols` (`[patch, samples * positions]`), zero where a patch lies in the padding,
+/// each value rounded to `D`.
+///
+/// # Errors
+/// [`ConvError::Geometry`] when the kernel does not fit, [`ConvError::Length`] when `x` or
+/// `cols` does not hold what the shape implies.
+pub fn im2col<S: CpuFloat, D: CpuFloat>(
+    isa: Isa,
+    shape: &ConvShape,
+    x: &[S],
+    samples: Range<usize>,
+    cols: &mut [D],
+) -> Result<(), ConvError> {
+    let [oh, ow] = shape.check()?;
+    check_len("input", shape.batch * shape.sample(), x.len())?;
+    let count = samples.len();
+    let positions = oh * ow;
+    check_len("columns", shape.patch() * count * positions, cols.len())?;
+    if samples.end > shape.batch {
+        return Err(ConvError::Length {
+            what: "samples",
+            expected: shape.batch,
+            got: samples.end,
+        });
+    }
+    let width = count * positions;
+    if width == 0 {
+        return Ok(());
+    }
+    cols.par_chunks_mut(width)
+        .enumerate()
+        .for_each(|(k, row)| im2col_row(isa, shape, x, samples.clone(), k, row));
+    Ok(())
+}
+
+/// Row `k` of the columns (patch entry `(c, i, j)`) of the samples `samples`.
+#[inline(never)]
+fn im2col_row<S: CpuFloat, D: CpuFloat>(
+    isa: Isa,
+    shape: &ConvShape,
+    x: &[S],
+    samples: Range<usize>,
+    k: usize,
+    row: &mut [D],
+) {
+    let [oh, ow] = shape.out_size().expect("checked by the caller");
+    let [kh, kw] = shape.kernel;
+    let [h, w] = shape.size;
+    let width = row.len();
+    let sx = shape.stride[1];
+    let (c, i, j) = (k / (kh * kw), k / kw % kh, k % kw);
+    let (xs, x0) = shape.valid(1, j, ow);
+    if S::FORMAT == D::FORMAT {
+        // SAFETY: one format is one type (f32, bf16 or f16): S is D.
+        let x: &[D] = unsafe { core::slice::from_raw_parts(x.as_ptr().cast(), x.len()) };
+        let zero = D::from_f32(0.0);
+        for (s, out) in samples.zip(row.chunks_mut(oh * ow)) {
+            let plane = &x[(s * shape.channels + c) * h * w..][..h * w];
+            for (y, seg) in out.chunks_mut(ow).enumerate() {
+                match shape.input_at(0, y, i) {
+                    None => seg.fill(zero),
+                    Some(iy) => {
+                        let line = &plane[iy * w..][..w];
+                        seg[..xs.start].fill(zero);
+                        seg[xs.end..].fill(zero);
+                        let dst = &mut seg[xs.clone()];
+                        if sx == 1 {
+                            dst.copy_from_slice(&line[x0..x0 + dst.len()]);
+                        } else {
+                            for (n, d) in dst.iter_mut().enumerate() {
+                                *d = line[x0 + n * sx];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        return;
+    }
+    // Another format: the row in f32 a block at a time, converted to D once a block.
+    let mut buf = vec![0f32; STAGE.max(ow).min(width)];
+    let mut filled = 0;
+    let mut written = 0;
+    for s in samples.clone() {
+        let plane = &x[(s * shape.channels + c) * h * w..][..h * w];
+        for y in 0..oh {
+            let seg = &mut buf[filled..filled + ow];
+            match shape.input_at(0, y, i) {
+                None => seg.fill(0.0),
+                Some(iy) => {
+                    let line = &plane[iy * w..][..w];
+                    seg[..xs.start].fill(0.0);
+                    seg[xs.end..].fill(0.0);
+                    let dst = &mut seg[xs.clone()];
+                    if sx == 1 {
+                        let src = &line[x0..x0 + dst.len()];
+                        dst.iter_mut().zip(src).for_each(|(d, v)| *d = v.to_f32());
+                    } else {
+                        for (n, d) in dst.iter_mut().enumerate() {
+                            *d = line[x0 + n * sx].to_f32();
+                        }
+                    }
+                }
+            }
+            filled += ow;
+            if filled + ow > buf.len() {
+                cast::convert_block(isa, &buf[..filled], &mut row[written..written + filled]);
+                written += filled;
+                filled = 0;
+            }
+        }
+    }
+    cast::convert_block(isa, &buf[..filled], &mut row[written..written + filled]);
+}
+
+/// Values `im2col` stages in f32 before converting them, at least a row of the output.
+const STAGE: usize = 4096;
+
+/// The adjoint of [`im2col`]: adds each column gradient of `dcols` (`[patch, samples *
+/// positions]`, f32) into `dx` (`[samples, channels, h, w]` for the samples `samples`,
+/// f32), where the patch read it.
+///
+/// # Errors
+/// As [`im2col`].
+pub fn col2im(
+    shape: &ConvShape,
+    dcols: &[f32],
+    samples: Range<usize>,
+    dx: &mut [f32],
+) -> Result<(), ConvError> {
+    let [oh, ow] = shape.check()?;
+    let count = samples.len();
+    let positions = oh * ow;
+    check_len(
+        "column gradients",
+        shape.patch() * count * positions,
+        dcols.len(),
+    )?;
+    check_len("input gradient", count * shape.sample(), dx.len())?;
+    let [h, w] = shape.size;
+    let width = count * positions;
+    if h * w == 0 {
+        return Ok(());
+    }
+    dx.par_chunks_mut(h * w)
+        .enumerate()
+        .for_each(|(p, plane)| col2im_plane(shape, dcols, width, p, plane));
+    Ok(())
+}
+
+/// Plane `p` (sample and channel) of the input gradient, from the column gradients.
+#[inline(never)]
+fn col2im_plane(shape: &ConvShape, dcols: &[f32], width: usize, p: usize, plane: &mut [f32]) {
+    let [oh, ow] = shape.out_size().expect("checked by the caller");
+    let positions = oh * ow;
+    let [kh, kw] = shape.kernel;
+    let w = shape.size[1];
+    let sx = shape.stride[1];
+    let (s, c) = (p / shape.channels, p % shape.channels);
+    for i in 0..kh {
+        for j in 0..kw {
+            let k = (c * kh + i) * kw + j;
+            let row = &dcols[k * width + s * positions..][..positions];
+            let (xs, x0) = shape.valid(1, j, ow);
+            for y in 0..oh {
+                let Some(iy) = shape.input_at(0, y, i) else {
+                    continue;
+                };
+                let line = &mut plane[iy * w..][..w];
+                let src = &row[y * ow..][xs.clone()];
+                if sx == 1 {
+                    let dst = &mut line[x0..x0 + src.len()];
+                    dst.iter_mut().zip(src).for_each(|(d, v)| *d += v);
+                } else {
+                    for (n, v) in src.iter().enumerate() {
+                        line[x0 + n * sx] += v;
+                    }
+                }
+            }
+        }
+    }
+}

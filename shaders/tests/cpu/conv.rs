@@ -1,0 +1,202 @@
+//! The convolution's columns: `weight x im2col(x)` on the GEMM is a direct convolution in
+//! f64 (stride, padding, dilation, 1-d, a kernel as large as the input), and `col2im` is
+//! `im2col`'s adjoint (`<im2col(x), y> = <x, col2im(y)>`).
+
+use burn_amp_kernels::cpu::Isa;
+use burn_amp_kernels::cpu::cast::Format;
+use burn_amp_kernels::cpu::conv::{self, ConvError, ConvShape};
+use burn_amp_kernels::cpu::gemm::{self, Kernel, MatRef};
+
+use super::Rng;
+
+fn shapes() -> Vec<(ConvShape, usize)> {
+    let base = ConvShape::new(3, 4, [9, 7], [3, 3]);
+    vec![
+        (base, 5),
+        (
+            ConvShape {
+                stride: [2, 2],
+                padding: [1, 1],
+                ..base
+            },
+            6,
+        ),
+        (
+            ConvShape {
+                dilation: [2, 1],
+                padding: [2, 0],
+                ..base
+            },
+            3,
+        ),
+        (
+            ConvShape {
+                kernel: [1, 5],
+                size: [1, 17],
+                stride: [1, 3],
+                padding: [0, 2],
+                ..base
+            },
+            2,
+        ),
+        (
+            ConvShape {
+                kernel: [9, 7],
+                ..base
+            },
+            4,
+        ),
+        (
+            ConvShape {
+                batch: 1,
+                channels: 1,
+                ..base
+            },
+            1,
+        ),
+    ]
+}
+
+/// A direct convolution in f64: `[batch, out, oh, ow]`.
+fn direct(s: &ConvShape, out: usize, x: &[f32], w: &[f32], bias: &[f32]) -> Vec<f64> {
+    let [oh, ow] = s.out_size().unwrap();
+    let [h, wd] = s.size;
+    let [kh, kw] = s.kernel;
+    let mut y = vec![0f64; s.batch * out * oh * ow];
+    for n in 0..s.batch {
+        for o in 0..out {
+            for i in 0..oh {
+                for j in 0..ow {
+                    let mut acc = bias[o] as f64;
+                    for c in 0..s.channels {
+                        for a in 0..kh {
+                            for b in 0..kw {
+                                let iy = (i * s.stride[0] + a * s.dilation[0]) as isize
+                                    - s.padding[0] as isize;
+                                let ix = (j * s.stride[1] + b * s.dilation[1]) as isize
+                                    - s.padding[1] as isize;
+                                if iy < 0 || ix < 0 || iy >= h as isize || ix >= wd as isize {
+                                    continue;
+                                }
+                                let xv =
+                                    x[((n * s.channels + c) * h + iy as usize) * wd + ix as usize];
+                                let wv = w[((o * s.channels + c) * kh + a) * kw + b];
+                                acc += xv as f64 * wv as f64;
+                            }
+                        }
+                    }
+                    y[((n * out + o) * oh + i) * ow + j] = acc;
+                }
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn columns_times_the_weight_are_the_direct_convolution() {
+    for (shape, out) in shapes() {
+        let mut rng = Rng(shape.patch() as u64);
+        let x: Vec<f32> = (0..shape.batch * shape.sample())
+            .map(|_| rng.uniform())
+            .collect();
+        let w: Vec<f32> = (0..out * shape.patch()).map(|_| rng.uniform()).collect();
+        let bias: Vec<f32> = (0..out).map(|_| rng.uniform()).collect();
+        let want = direct(&shape, out, &x, &w, &bias);
+        let (k, l) = (shape.patch(), shape.positions());
+        let kernel = Kernel::select(Isa::PORTABLE, Format::F32);
+        for isa in Isa::available() {
+            let mut got = Vec::new();
+            for n in 0..shape.batch {
+                let mut cols = vec![0f32; k * l];
+                conv::im2col(isa, &shape, &x, n..n + 1, &mut cols).unwrap();
+                let mut y = vec![0f32; out * l];
+                gemm::gemm_row_bias(
+                    kernel,
+                    MatRef::row_major(&w, out, k).unwrap(),
+                    MatRef::row_major(&cols, k, l).unwrap(),
+                    &bias,
+                    &mut y,
+                )
+                .unwrap();
+                got.extend(y);
+            }
+            for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                let bound = 1e-5 * (k as f64 + 1.0);
+                assert!(
+                    (*g as f64 - e).abs() <= bound,
+                    "{shape:?} on {isa}: [{i}] {g} vs {e}"
+                );
+            }
+            // The whole batch in one call: the samples' columns side by side.
+            let mut all = vec![0f32; k * shape.batch * l];
+            conv::im2col(isa, &shape, &x, 0..shape.batch, &mut all).unwrap();
+            for n in 0..shape.batch {
+                let mut one = vec![0f32; k * l];
+                conv::im2col(isa, &shape, &x, n..n + 1, &mut one).unwrap();
+                for r in 0..k {
+                    assert_eq!(
+                        all[r * shape.batch * l + n * l..][..l],
+                        one[r * l..][..l],
+                        "{shape:?}: sample {n}, row {r}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn col2im_is_the_adjoint_of_im2col() {
+    for (shape, _) in shapes() {
+        let mut rng = Rng(7 + shape.patch() as u64);
+        let x: Vec<f32> = (0..shape.batch * shape.sample())
+            .map(|_| rng.uniform())
+            .collect();
+        let n = shape.patch() * shape.batch * shape.positions();
+        let y: Vec<f32> = (0..n).map(|_| rng.uniform()).collect();
+        let mut cols = vec![0f32; n];
+        conv::im2col(Isa::detect(), &shape, &x, 0..shape.batch, &mut cols).unwrap();
+        let mut back = vec![0f32; x.len()];
+        conv::col2im(&shape, &y, 0..shape.batch, &mut back).unwrap();
+        let lhs: f64 = cols
+            .iter()
+            .zip(&y)
+            .map(|(a, b)| *a as f64 * *b as f64)
+            .sum();
+        let rhs: f64 = x
+            .iter()
+            .zip(&back)
+            .map(|(a, b)| *a as f64 * *b as f64)
+            .sum();
+        assert!(
+            (lhs - rhs).abs() <= 1e-4 * lhs.abs().max(1.0),
+            "{shape:?}: {lhs} vs {rhs}"
+        );
+    }
+}
+
+#[test]
+fn bad_geometry_and_lengths_are_typed_errors() {
+    let big = ConvShape::new(1, 1, [2, 2], [3, 3]);
+    let mut cols = vec![0f32; 9];
+    assert!(matches!(
+        conv::im2col(Isa::detect(), &big, &[0f32; 4], 0..1, &mut cols),
+        Err(ConvError::Geometry { .. })
+    ));
+    let zero_stride = ConvShape {
+        stride: [0, 1],
+        ..ConvShape::new(1, 1, [4, 4], [2, 2])
+    };
+    assert_eq!(zero_stride.out_size(), None);
+    let ok = ConvShape::new(2, 1, [4, 4], [2, 2]);
+    let mut cols = vec![0f32; 4 * 9];
+    assert!(matches!(
+        conv::im2col(Isa::detect(), &ok, &[0f32; 3], 0..1, &mut cols),
+        Err(ConvError::Length { .. })
+    ));
+    assert!(matches!(
+        conv::im2col(Isa::detect(), &ok, &[0f32; 32], 1..3, &mut cols),
+        Err(ConvError::Length { .. })
+    ));
+}

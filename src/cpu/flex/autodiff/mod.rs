@@ -1,0 +1,16 @@
+//! burn-amp's Flex kernels as differentiable ops of `Autodiff<Flex, C>`, each with the
+//! backward pass it registers: the products and casts (`products`), and the ops around
+//! them in a transformer block (`nn`). An op that runs here is one node of the graph, its
+//! backward pass burn-amp's kernels too, instead of the several nodes of Burn's default
+//! decomposition each running Flex's op.
+
+mod conv;
+mod layout;
+mod nn;
+mod node;
+mod products;
+
+pub(crate) use conv::conv;
+pub(crate) use layout::{contiguous, swap_dims};
+pub(crate) use nn::{binary, gelu, layer_norm, relu, scalar, softmax};
+pub(crate) use products::{cast, linear, matmul};

@@ -1,0 +1,303 @@
+//! Softmax, layer norm, GELU and elementwise arithmetic as ops of `Autodiff<Flex, C>`: the
+//! forward pass on the `nn` kernels, and a backward pass that runs on them too, each
+//! gradient in its operand's dtype.
+
+use burn::backend::Autodiff;
+use burn::backend::Flex;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary as binary_grads, unary};
+use burn::backend::flex::FlexTensor;
+use burn_amp_kernels::cpu::nn::{BinaryOp, LayerNormStats};
+use burn_tensor::DType;
+use burn_tensor::ops::FloatTensor;
+
+use super::super::super::{LayerNormArgs, Routed};
+use super::super::nn as flex_nn;
+use super::node::{Grads, record};
+
+type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
+
+#[derive(Debug)]
+struct Softmax;
+
+impl Backward<Flex, 1> for Softmax {
+    /// The output, whether it is a log-softmax, the input's dtype.
+    type State = (FlexTensor, bool, DType);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let _time = crate::cost::timed("softmax (backward)", None);
+        let (y, log, dtype) = ops.state;
+        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
+            flex_nn::softmax_backward(&y, &grad, log, dtype)
+        });
+    }
+}
+
+/// Softmax (`log`: log-softmax) over the last dimension, in f32; `x` back when the kernels
+/// do not take it.
+pub(crate) fn softmax<C: CheckpointStrategy>(
+    x: Tensor<C>,
+    log: bool,
+) -> Routed<Tensor<C>, Tensor<C>> {
+    if !flex_nn::takes_rows(&x.primitive) {
+        return Routed::Declined(x);
+    }
+    Routed::Ran(
+        match Softmax
+            .prepare::<C>([x.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let y = flex_nn::softmax(&x.primitive, log);
+                prep.finish((y.clone(), log, x.primitive.dtype()), y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(flex_nn::softmax(&x.primitive, log)),
+        },
+    )
+}
+
+/// What a layer norm's backward pass needs.
+#[derive(Clone, Debug)]
+struct LayerNormState {
+    x: FlexTensor,
+    gamma: FlexTensor,
+    stats: LayerNormStats,
+    /// x, gamma, beta.
+    dtypes: [DType; 3],
+}
+
+impl Grads for LayerNormState {
+    const NAME: &'static str = "layer_norm (backward)";
+
+    fn grads(&self, grad: &FlexTensor, _: [bool; 3]) -> [Option<FlexTensor>; 3] {
+        flex_nn::layer_norm_backward(&self.x, grad, &self.gamma, &self.stats, self.dtypes).map(Some)
+    }
+}
+
+/// Layer norm over the last dimension, in f32; the operands back when the kernels do not
+/// take them.
+pub(crate) fn layer_norm<C: CheckpointStrategy>(
+    args: LayerNormArgs<Autodiff<Flex, C>>,
+) -> Routed<Tensor<C>, LayerNormArgs<Autodiff<Flex, C>>> {
+    let (x, gamma, beta, epsilon) = &args;
+    let beta_primitive = beta.as_ref().map(|b| &b.primitive);
+    if !flex_nn::takes_layer_norm(&x.primitive, &gamma.primitive, beta_primitive) {
+        return Routed::Declined(args);
+    }
+    // The forward pass makes the statistics the state keeps.
+    let (y, stats) = flex_nn::layer_norm(&x.primitive, &gamma.primitive, beta_primitive, *epsilon);
+    let state = || LayerNormState {
+        x: x.primitive.clone(),
+        gamma: gamma.primitive.clone(),
+        stats,
+        dtypes: [
+            x.primitive.dtype(),
+            gamma.primitive.dtype(),
+            beta.as_ref().map_or(DType::F32, |b| b.primitive.dtype()),
+        ],
+    };
+    Routed::Ran(record::<C, _>((x, gamma, beta.as_ref()), state, || y))
+}
+
+#[derive(Debug)]
+struct Gelu;
+
+impl Backward<Flex, 1> for Gelu {
+    /// The input.
+    type State = FlexTensor;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let _time = crate::cost::timed("gelu (backward)", None);
+        let x = ops.state;
+        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
+            flex_nn::gelu_backward(&x, &grad)
+        });
+    }
+}
+
+/// GELU in `x`'s dtype; `x` back when the kernels do not take it.
+pub(crate) fn gelu<C: CheckpointStrategy>(x: Tensor<C>) -> Routed<Tensor<C>, Tensor<C>> {
+    if !flex_nn::takes(&x.primitive) {
+        return Routed::Declined(x);
+    }
+    Routed::Ran(
+        match Gelu
+            .prepare::<C>([x.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let y = flex_nn::gelu(&x.primitive);
+                prep.finish(x.primitive, y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(flex_nn::gelu(&x.primitive)),
+        },
+    )
+}
+
+#[derive(Debug)]
+struct Relu;
+
+impl Backward<Flex, 1> for Relu {
+    /// The output.
+    type State = FlexTensor;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let _time = crate::cost::timed("relu (backward)", None);
+        let y = ops.state;
+        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
+            let dtype = grad.dtype();
+            flex_nn::relu_backward(&y, &grad, dtype)
+        });
+    }
+}
+
+/// ReLU in `x`'s dtype; `x` back when the kernels do not take it.
+pub(crate) fn relu<C: CheckpointStrategy>(x: Tensor<C>) -> Routed<Tensor<C>, Tensor<C>> {
+    if !flex_nn::takes(&x.primitive) {
+        return Routed::Declined(x);
+    }
+    Routed::Ran(
+        match Relu
+            .prepare::<C>([x.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let y = flex_nn::relu(&x.primitive);
+                prep.finish(y.clone(), y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(flex_nn::relu(&x.primitive)),
+        },
+    )
+}
+
+#[derive(Debug)]
+struct Binary;
+
+/// What the backward pass of `lhs op rhs` needs: the op, the operands it reads (mul, div),
+/// the operands' dtypes.
+#[derive(Clone, Debug)]
+struct BinaryState {
+    op: BinaryOp,
+    lhs: Option<FlexTensor>,
+    rhs: Option<FlexTensor>,
+    dtypes: [DType; 2],
+}
+
+impl Backward<Flex, 2> for Binary {
+    type State = BinaryState;
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let _time = crate::cost::timed("arithmetic (backward)", None);
+        let s = ops.state;
+        let (lhs, rhs) = (s.lhs.as_ref(), s.rhs.as_ref());
+        let kept = "operands kept for mul and div";
+        let [dl, dr] = s.dtypes;
+        binary_grads::<Flex, _, _>(
+            ops.parents,
+            ops.node,
+            grads,
+            |g| match s.op {
+                BinaryOp::Add | BinaryOp::Sub => g,
+                BinaryOp::Mul => flex_nn::binary(BinaryOp::Mul, &g, rhs.expect(kept), dl),
+                BinaryOp::Div => flex_nn::binary(BinaryOp::Div, &g, rhs.expect(kept), dl),
+            },
+            |g| match s.op {
+                BinaryOp::Add => g,
+                BinaryOp::Sub => flex_nn::scalar(BinaryOp::Mul, &g, -1.0, dr),
+                BinaryOp::Mul => flex_nn::binary(BinaryOp::Mul, &g, lhs.expect(kept), dr),
+                BinaryOp::Div => {
+                    // -g * lhs / rhs^2, as (-(g * lhs) / rhs) / rhs.
+                    let (lhs, rhs) = (lhs.expect(kept), rhs.expect(kept));
+                    let t = flex_nn::binary(BinaryOp::Mul, &g, lhs, DType::F32);
+                    let t = flex_nn::binary(BinaryOp::Div, &t, rhs, DType::F32);
+                    let t = flex_nn::binary(BinaryOp::Div, &t, rhs, DType::F32);
+                    flex_nn::scalar(BinaryOp::Mul, &t, -1.0, dr)
+                }
+            },
+        );
+    }
+}
+
+/// `lhs op rhs` (one shape) in their dtype; the operands back when the kernels do not take
+/// them.
+pub(crate) fn binary<C: CheckpointStrategy>(
+    op: BinaryOp,
+    lhs: Tensor<C>,
+    rhs: Tensor<C>,
+) -> Routed<Tensor<C>, [Tensor<C>; 2]> {
+    if !flex_nn::takes_binary(&lhs.primitive, &rhs.primitive)
+        || lhs.primitive.dtype() != rhs.primitive.dtype()
+    {
+        return Routed::Declined([lhs, rhs]);
+    }
+    let dtype = lhs.primitive.dtype();
+    let forward = || flex_nn::binary(op, &lhs.primitive, &rhs.primitive, dtype);
+    let reads = matches!(op, BinaryOp::Mul | BinaryOp::Div);
+    Routed::Ran(
+        match Binary
+            .prepare::<C>([lhs.node.clone(), rhs.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let state = BinaryState {
+                    op,
+                    lhs: (reads && rhs.is_tracked()).then(|| lhs.primitive.clone()),
+                    rhs: reads.then(|| rhs.primitive.clone()),
+                    dtypes: [dtype, dtype],
+                };
+                prep.finish(state, forward())
+            }
+            OpsKind::UnTracked(prep) => prep.finish(forward()),
+        },
+    )
+}
+
+#[derive(Debug)]
+struct Scalar;
+
+impl Backward<Flex, 1> for Scalar {
+    /// The op and the scalar.
+    type State = (BinaryOp, f32);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let _time = crate::cost::timed("arithmetic with a scalar (backward)", None);
+        let (op, s) = ops.state;
+        unary::<Flex, _>(ops.parents, ops.node, grads, |g| {
+            let dtype = g.dtype();
+            match op {
+                BinaryOp::Add | BinaryOp::Sub => g,
+                BinaryOp::Mul => flex_nn::scalar(BinaryOp::Mul, &g, s, dtype),
+                BinaryOp::Div => flex_nn::scalar(BinaryOp::Div, &g, s, dtype),
+            }
+        });
+    }
+}
+
+/// `x op s` in `x`'s dtype; `x` back when the kernels do not take it.
+pub(crate) fn scalar<C: CheckpointStrategy>(
+    op: BinaryOp,
+    x: Tensor<C>,
+    s: f32,
+) -> Routed<Tensor<C>, Tensor<C>> {
+    if !flex_nn::takes(&x.primitive) {
+        return Routed::Declined(x);
+    }
+    let dtype = x.primitive.dtype();
+    let forward = || flex_nn::scalar(op, &x.primitive, s, dtype);
+    Routed::Ran(
+        match Scalar
+            .prepare::<C>([x.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish((op, s), forward()),
+            OpsKind::UnTracked(prep) => prep.finish(forward()),
+        },
+    )
+}

@@ -1,0 +1,225 @@
+//! The `nn` kernels (`burn_amp_kernels::cpu::nn`) on Flex tensors: softmax, layer norm,
+//! GELU, elementwise arithmetic and dropout masks, forward and backward, each reading its
+//! operands in their own dtype (a view is made contiguous first) and writing a new
+//! contiguous tensor. `takes_*` say which tensors they take; the rest go to Flex.
+
+use burn::backend::Flex;
+use burn::backend::flex::FlexTensor;
+use burn_amp_kernels::cpu::Isa;
+use burn_amp_kernels::cpu::nn::{self, BinaryOp, LayerNormStats};
+use burn_tensor::ops::IntTensorOps;
+use burn_tensor::{DType, Distribution, IntDType, Shape};
+
+use super::layout::contiguous;
+use super::tensor::{format, from_vec, values, values_f32, zeros};
+use crate::dtype::with_float;
+
+/// A new contiguous tensor of `$shape` in `$dtype`, its values written by `$body` into `$y`
+/// (a zeroed slice of the dtype's element type).
+macro_rules! new_tensor {
+    ($shape:expr, $dtype:expr, $y:ident => $body:expr) => {{
+        let shape: Shape = $shape;
+        with_float!($dtype, O => {
+            let mut out = zeros::<O>(shape.num_elements());
+            {
+                let $y: &mut [O] = &mut out;
+                $body;
+            }
+            from_vec::<O>(out, shape)
+        })
+    }};
+}
+
+/// Whether the row kernels (softmax, layer norm) take `t`: a float dtype they read, at
+/// least one dimension, a non-empty last one.
+pub(crate) fn takes_rows(t: &FlexTensor) -> bool {
+    let shape = t.layout().shape();
+    format(t.dtype()).is_some() && shape.num_dims() >= 1 && shape[shape.num_dims() - 1] > 0
+}
+
+/// Whether the elementwise kernels take `t`.
+pub(crate) fn takes(t: &FlexTensor) -> bool {
+    format(t.dtype()).is_some()
+}
+
+fn row_len(t: &FlexTensor) -> usize {
+    let shape = t.layout().shape();
+    shape[shape.num_dims() - 1]
+}
+
+/// Softmax (`log`: log-softmax) over the last dimension, in f32.
+pub(crate) fn softmax(x: &FlexTensor, log: bool) -> FlexTensor {
+    let x = contiguous(x);
+    let row = row_len(&x);
+    let isa = Isa::detect();
+    new_tensor!(x.layout().shape().clone(), DType::F32, y => with_float!(x.dtype(), I => {
+        let x = values::<I>(&x);
+        if log {
+            nn::log_softmax(isa, x, y, row)
+        } else {
+            nn::softmax(isa, x, y, row)
+        }
+        .expect("whole rows, equal lengths")
+    }))
+}
+
+/// The gradient of a softmax's input (in `dtype`) from its output `y` and the output's
+/// gradient `dy`.
+pub(crate) fn softmax_backward(
+    y: &FlexTensor,
+    dy: &FlexTensor,
+    log: bool,
+    dtype: DType,
+) -> FlexTensor {
+    let (y, dy) = (contiguous(y), contiguous(dy));
+    let row = row_len(&y);
+    let isa = Isa::detect();
+    new_tensor!(y.layout().shape().clone(), dtype, dx => with_float!(y.dtype(), Y => with_float!(dy.dtype(), G => {
+        let (y, dy) = (values::<Y>(&y), values::<G>(&dy));
+        if log {
+            nn::log_softmax_backward(isa, y, dy, dx, row)
+        } else {
+            nn::softmax_backward(isa, y, dy, dx, row)
+        }
+        .expect("whole rows, equal lengths")
+    })))
+}
+
+/// Whether the layer norm kernel takes these operands: rows it reads, `gamma` and `beta`
+/// of one row's length.
+pub(crate) fn takes_layer_norm(
+    x: &FlexTensor,
+    gamma: &FlexTensor,
+    beta: Option<&FlexTensor>,
+) -> bool {
+    let row = |t: &FlexTensor| takes(t) && t.layout().num_elements() == row_len(x);
+    takes_rows(x) && row(gamma) && beta.is_none_or(row)
+}
+
+/// Layer norm over the last dimension, in f32, with its statistics.
+pub(crate) fn layer_norm(
+    x: &FlexTensor,
+    gamma: &FlexTensor,
+    beta: Option<&FlexTensor>,
+    epsilon: f64,
+) -> (FlexTensor, LayerNormStats) {
+    let x = contiguous(x);
+    let row = row_len(&x);
+    let (gamma, beta) = (values_f32(gamma), beta.map(values_f32));
+    let isa = Isa::detect();
+    let stats: LayerNormStats;
+    let y = new_tensor!(x.layout().shape().clone(), DType::F32, y => with_float!(x.dtype(), I => {
+        let s = nn::layer_norm(isa, values::<I>(&x), &gamma, beta.as_deref(), epsilon as f32, y, row)
+            .expect("operands checked by takes_layer_norm");
+        stats = s;
+    }));
+    (y, stats)
+}
+
+/// The gradients of a layer norm: the input's (in `dtypes[0]`), gamma's and beta's (in
+/// `dtypes[1]`, `dtypes[2]`), from the output's gradient `dy`.
+pub(crate) fn layer_norm_backward(
+    x: &FlexTensor,
+    dy: &FlexTensor,
+    gamma: &FlexTensor,
+    stats: &LayerNormStats,
+    dtypes: [DType; 3],
+) -> [FlexTensor; 3] {
+    let (x, dy) = (contiguous(x), contiguous(dy));
+    let row = row_len(&x);
+    let gamma_f32 = values_f32(gamma);
+    let isa = Isa::detect();
+    let sums: (Vec<f32>, Vec<f32>);
+    let dx = new_tensor!(x.layout().shape().clone(), dtypes[0], dx => with_float!(x.dtype(), X => with_float!(dy.dtype(), G => {
+        let s = nn::layer_norm_backward(isa, values::<X>(&x), values::<G>(&dy), &gamma_f32, stats, dx, row)
+            .expect("operands checked by takes_layer_norm");
+        sums = s;
+    })));
+    let (dgamma, dbeta) = sums;
+    let vector = |v: Vec<f32>, dtype: DType| {
+        with_float!(dtype, D => from_vec::<D>(
+            burn_amp_kernels::cpu::cast::to_vec::<f32, D>(isa, &v),
+            Shape::new([row]),
+        ))
+    };
+    [dx, vector(dgamma, dtypes[1]), vector(dbeta, dtypes[2])]
+}
+
+/// GELU, in `x`'s dtype.
+pub(crate) fn gelu(x: &FlexTensor) -> FlexTensor {
+    let x = contiguous(x);
+    let isa = Isa::detect();
+    new_tensor!(x.layout().shape().clone(), x.dtype(), y => with_float!(x.dtype(), I => {
+        nn::gelu(isa, values::<I>(&x), y).expect("equal lengths")
+    }))
+}
+
+/// The gradient of GELU's input, in `x`'s dtype.
+pub(crate) fn gelu_backward(x: &FlexTensor, dy: &FlexTensor) -> FlexTensor {
+    let (x, dy) = (contiguous(x), contiguous(dy));
+    let isa = Isa::detect();
+    new_tensor!(x.layout().shape().clone(), x.dtype(), dx => with_float!(x.dtype(), X => with_float!(dy.dtype(), G => {
+        nn::gelu_backward(isa, values::<X>(&x), values::<G>(&dy), dx).expect("equal lengths")
+    })))
+}
+
+/// ReLU, in `x`'s dtype.
+pub(crate) fn relu(x: &FlexTensor) -> FlexTensor {
+    let x = contiguous(x);
+    let isa = Isa::detect();
+    new_tensor!(x.layout().shape().clone(), x.dtype(), y => with_float!(x.dtype(), I => {
+        nn::relu(isa, values::<I>(&x), y).expect("equal lengths")
+    }))
+}
+
+/// The gradient of ReLU's input from its output `y`, in `dtype`.
+pub(crate) fn relu_backward(y: &FlexTensor, dy: &FlexTensor, dtype: DType) -> FlexTensor {
+    let (y, dy) = (contiguous(y), contiguous(dy));
+    let isa = Isa::detect();
+    new_tensor!(y.layout().shape().clone(), dtype, dx => with_float!(y.dtype(), Y => with_float!(dy.dtype(), G => {
+        nn::relu_backward(isa, values::<Y>(&y), values::<G>(&dy), dx).expect("equal lengths")
+    })))
+}
+
+/// Whether the elementwise kernels take `a op b`: dtypes they read, one shape.
+pub(crate) fn takes_binary(a: &FlexTensor, b: &FlexTensor) -> bool {
+    takes(a) && takes(b) && a.layout().shape() == b.layout().shape()
+}
+
+/// `a op b` (same shape), in `dtype`.
+pub(crate) fn binary(op: BinaryOp, a: &FlexTensor, b: &FlexTensor, dtype: DType) -> FlexTensor {
+    let (a, b) = (contiguous(a), contiguous(b));
+    let isa = Isa::detect();
+    new_tensor!(a.layout().shape().clone(), dtype, y => with_float!(a.dtype(), A => with_float!(b.dtype(), B => {
+        nn::binary(isa, op, values::<A>(&a), values::<B>(&b), y).expect("equal lengths")
+    })))
+}
+
+/// `a op s`, in `dtype`.
+pub(crate) fn scalar(op: BinaryOp, a: &FlexTensor, s: f32, dtype: DType) -> FlexTensor {
+    let a = contiguous(a);
+    let isa = Isa::detect();
+    new_tensor!(a.layout().shape().clone(), dtype, y => with_float!(a.dtype(), A => {
+        nn::scalar(isa, op, values::<A>(&a), s, y).expect("equal lengths")
+    }))
+}
+
+/// A key for one random tensor, drawn from Flex's own generator (so `Flex::seed` makes the
+/// masks repeatable).
+fn key() -> [u32; 2] {
+    let draw = Flex::int_random(
+        Shape::new([2]),
+        Distribution::Uniform(0.0, 4_294_967_296.0),
+        &Default::default(),
+        IntDType::I64,
+    );
+    let words = draw.as_slice::<i64>().expect("a new contiguous i64 tensor");
+    [words[0] as u32, words[1] as u32]
+}
+
+/// A tensor of Bernoulli(`p`) draws (`p` in `[0, 1]`) in `dtype`.
+pub(crate) fn bernoulli(shape: Shape, p: f64, dtype: DType) -> FlexTensor {
+    let key = key();
+    let isa = Isa::detect();
+    new_tensor!(shape, dtype, y => nn::bernoulli(isa, key, p, y))
+}
