@@ -21,7 +21,6 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::cast::Format;
 use burn_amp_kernels::cpu::nn::BinaryOp;
-use burn_tensor::backend::AutodiffBackend;
 use burn_tensor::{DType, Shape};
 
 use super::{ConvArgs, LayerNormArgs, Linear, Routed, RoutedOps};
@@ -105,7 +104,9 @@ fn autodiff_bernoulli<C: CheckpointStrategy>(
     p: f64,
     dtype: DType,
 ) -> burn_tensor::ops::FloatTensor<Autodiff<Flex, C>> {
-    Autodiff::<Flex, C>::from_inner(nn::bernoulli(shape, p, dtype))
+    // A new leaf (not `AutodiffBackend::from_inner`: with Burn's `distributed` feature
+    // `Autodiff<Flex>` is no `AutodiffBackend`).
+    <burn_tensor::ops::FloatTensor<Autodiff<Flex, C>>>::new(nn::bernoulli(shape, p, dtype))
 }
 
 /// The routed ops of `Flex`.

@@ -13,9 +13,11 @@
 //! - **AVX-512 BF16** (`vdpbf16ps`, 12x32 tiles): operands packed as bf16 pairs along k, two
 //!   products per f32 lane and instruction. The instruction treats bf16 subnormal inputs as
 //!   zero and flushes subnormal results, as every bf16 dot-product unit does.
-//! - **AVX2 + FMA** (6x16 tiles): operands rounded to the compute format and widened to
-//!   f32 while packing, f32 FMA: the speed of an f32 GEMM, on CPUs without bf16 arithmetic
-//!   and for f16 (x86 has no f16 arithmetic before AVX-512 FP16).
+//! - **AVX-512F** (8x32 f32 tiles): operands rounded to the compute format and widened to
+//!   f32 while packing, 16-lane FMA: the f16 products (x86 has no f16 arithmetic before
+//!   AVX-512 FP16) of the CPUs that have the bf16 kernel.
+//! - **AVX2 + FMA** (6x16 tiles): the same on 8 lanes, on CPUs without AVX-512 (f16 and
+//!   bf16 products at the speed of an f32 GEMM).
 //! - **Portable** (the same packing, plain Rust loops), and the bf16-pair packing with a
 //!   portable microkernel: the references the fast kernels are tested against on any CPU.
 //!

@@ -25,6 +25,10 @@ enum Kind {
     PortableF32,
     #[cfg(target_arch = "x86_64")]
     Avx2F32,
+    /// f32 packing, 8x32 tiles of AVX-512 FMA: f16 (and f32) products where the CPU has
+    /// AVX-512 but no f16 arithmetic.
+    #[cfg(target_arch = "x86_64")]
+    Avx512F32,
     PortablePairs,
     /// The AVX-512 BF16 path's packing (AVX2) with the portable pair microkernel: what
     /// tests run of that path on CPUs without AVX-512 BF16.
@@ -72,8 +76,11 @@ impl Kernel {
                 }
                 kinds.push(Kind::Avx2F32);
             }
-            if format == Format::Bf16 && isa.has_avx512_bf16() {
-                kinds.push(Kind::Avx512Pairs);
+            if isa.has_avx512_bf16() {
+                kinds.push(Kind::Avx512F32);
+                if format == Format::Bf16 {
+                    kinds.push(Kind::Avx512Pairs);
+                }
             }
         }
         kinds
@@ -98,6 +105,8 @@ impl Kernel {
             Kind::PortableF32 => "portable f32 6x16",
             #[cfg(target_arch = "x86_64")]
             Kind::Avx2F32 => "avx2+fma f32 6x16",
+            #[cfg(target_arch = "x86_64")]
+            Kind::Avx512F32 => "avx512f f32 8x32",
             Kind::PortablePairs => "portable bf16-pair 12x32",
             #[cfg(target_arch = "x86_64")]
             Kind::Avx2PackedPairs => "avx2-packed bf16-pair 12x32 (portable microkernel)",
@@ -111,7 +120,7 @@ impl Kernel {
         match self.kind {
             Kind::PortableF32 | Kind::PortablePairs => false,
             #[cfg(target_arch = "x86_64")]
-            Kind::Avx2F32 | Kind::Avx2PackedPairs | Kind::Avx512Pairs => true,
+            Kind::Avx2F32 | Kind::Avx512F32 | Kind::Avx2PackedPairs | Kind::Avx512Pairs => true,
         }
     }
 
@@ -124,19 +133,24 @@ impl Kernel {
         }
     }
 
-    /// Rows of a tile.
+    /// Rows of a tile (a multiple of 8, or under 8: the AVX2 packing of A writes 8 rows at a
+    /// time).
     pub(crate) fn mr(&self) -> usize {
-        match self.packing() {
-            Packing::F32 => 6,
-            Packing::Bf16Pairs => 12,
+        match (self.kind, self.packing()) {
+            #[cfg(target_arch = "x86_64")]
+            (Kind::Avx512F32, _) => 8,
+            (_, Packing::F32) => 6,
+            (_, Packing::Bf16Pairs) => 12,
         }
     }
 
-    /// Columns of a tile.
+    /// Columns of a tile (a multiple of 8).
     pub(crate) fn nr(&self) -> usize {
-        match self.packing() {
-            Packing::F32 => 16,
-            Packing::Bf16Pairs => 32,
+        match (self.kind, self.packing()) {
+            #[cfg(target_arch = "x86_64")]
+            (Kind::Avx512F32, _) => 32,
+            (_, Packing::F32) => 16,
+            (_, Packing::Bf16Pairs) => 32,
         }
     }
 
@@ -180,6 +194,8 @@ impl Kernel {
                 }
                 #[cfg(target_arch = "x86_64")]
                 Kind::Avx2F32 => x86::avx2_6x16(steps, a.cast(), b.cast(), c, ldc, accumulate),
+                #[cfg(target_arch = "x86_64")]
+                Kind::Avx512F32 => x86::avx512_8x32(steps, a.cast(), b.cast(), c, ldc, accumulate),
                 #[cfg(target_arch = "x86_64")]
                 Kind::Avx512Pairs => x86::avx512_bf16_12x32(steps, a, b, c, ldc, accumulate),
             }

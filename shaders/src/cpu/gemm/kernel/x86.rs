@@ -1,5 +1,6 @@
-//! x86-64 microkernels: AVX2 + FMA on f32 packing, AVX-512 BF16 on bf16-pair packing.
-//! The accumulators live in registers for the whole panel (12 of 16 ymm, 24 of 32 zmm).
+//! x86-64 microkernels: AVX2 + FMA and AVX-512F on f32 packing, AVX-512 BF16 on bf16-pair
+//! packing. The accumulators live in registers for the whole panel (12 of 16 ymm, 16 or 24
+//! of 32 zmm).
 
 use core::arch::x86_64::*;
 
@@ -57,6 +58,64 @@ pub(super) unsafe fn avx2_6x16(
                     *v
                 };
                 _mm256_storeu_ps(p, v);
+            }
+        }
+    }
+}
+
+const MR3: usize = 8;
+const NR3: usize = 32;
+
+/// 8x32 f32 tile: per k, two 16-lane loads of B and eight broadcasts of A, sixteen FMAs.
+///
+/// # Safety
+/// AVX-512F, and [`Kernel::tile`](super::Kernel::tile)'s contract.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn avx512_8x32(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    if accumulate {
+        for i in 0..MR3 {
+            // SAFETY: prefetches of the tile's rows (a prefetch never faults).
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc).cast());
+                _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc + NR3 - 1).cast());
+            }
+        }
+    }
+    let mut acc = [[_mm512_setzero_ps(); 2]; MR3];
+    let (mut a, mut b) = (a, b);
+    for _ in 0..kc {
+        // SAFETY: one k step of each packed panel.
+        unsafe {
+            let b0 = _mm512_loadu_ps(b);
+            let b1 = _mm512_loadu_ps(b.add(16));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*a.add(i));
+                row[0] = _mm512_fmadd_ps(av, b0, row[0]);
+                row[1] = _mm512_fmadd_ps(av, b1, row[1]);
+            }
+            a = a.add(MR3);
+            b = b.add(NR3);
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        // SAFETY: row i of the tile holds NR3 f32.
+        unsafe {
+            let out = c.add(i * ldc);
+            for (h, v) in row.iter().enumerate() {
+                let p = out.add(16 * h);
+                let v = if accumulate {
+                    _mm512_add_ps(_mm512_loadu_ps(p), *v)
+                } else {
+                    *v
+                };
+                _mm512_storeu_ps(p, v);
             }
         }
     }
