@@ -12,7 +12,12 @@
 #       On a Linux machine with an NVIDIA driver and a CUDA toolkit (no Rust, no network):
 #       names any missing runtime piece (libcuda, NVRTC, CUDA headers, Vulkan loader), unpacks
 #       the binary, runs it and writes DIR/report.md; then, if python3 has torch with CUDA,
-#       appends PyTorch AMP's speed-ups on the same shapes.
+#       appends PyTorch AMP's speed-ups on the same shapes. GPU_SUITE_TIMEOUT=SECONDS bounds
+#       the suite's own run (default: none).
+#
+#   scripts/gpu-suite.sh record REPORT [FILE]
+#       Back here: writes REPORT (the report.md a run wrote) into FILE (default BENCHMARKS.md)
+#       between its gpu-suite markers, headings demoted under the file's GPU section.
 #
 #   scripts/gpu-suite.sh quick [CARGO ARGS]
 #       The suite's quick mode on the CPU (Flex, and wgpu over lavapipe): what CI runs (with
@@ -137,7 +142,9 @@ run() {
     xz -dc "$dir/gpu_suite.xz" >"$bin"
     chmod +x "$bin"
     local status=0
-    "$bin" --out "$dir/report.md" "$@" || status=$?
+    # GPU_SUITE_TIMEOUT (seconds) bounds the suite itself, so that PyTorch's rows still come
+    # when a lease is short; a suite stopped early leaves its printed lines, not the report.
+    timeout "${GPU_SUITE_TIMEOUT:-0}" "$bin" --out "$dir/report.md" "$@" || status=$?
     if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
         echo "gpu-suite: PyTorch AMP on the same shapes"
         {
@@ -153,6 +160,26 @@ run() {
     return "$status"
 }
 
+record() {
+    local report="${1:-}" root
+    root="$(cd "$here/.." && pwd)"
+    local file="${2:-$root/BENCHMARKS.md}"
+    [ -f "$report" ] || die "record: no report at '$report' (the report.md that 'run' wrote)"
+    grep -q '^<!-- gpu-suite:begin' "$file" && grep -q '^<!-- gpu-suite:end -->' "$file" ||
+        die "record: $file has no gpu-suite:begin/end markers"
+    local body
+    body=$(mktemp)
+    sed -E 's/^#{1,2} /### /' "$report" >"$body"
+    awk -v body="$body" '
+        /^<!-- gpu-suite:begin/ { print; while ((getline line < body) > 0) print line; skip = 1; next }
+        /^<!-- gpu-suite:end -->/ { skip = 0 }
+        !skip { print }
+    ' "$file" >"$file.tmp"
+    mv "$file.tmp" "$file"
+    rm -f "$body"
+    echo "gpu-suite: $report written into $file"
+}
+
 quick() {
     local root
     root="$(cd "$here/.." && pwd)"
@@ -164,9 +191,10 @@ quick() {
 case "${1:-}" in
 pack) shift; pack "$@" ;;
 run) shift; run "$@" ;;
+record) shift; record "$@" ;;
 quick) shift; quick "$@" ;;
 *)
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -12,6 +12,7 @@ mod ops;
 pub(crate) mod scale;
 
 pub use gradients::ScaledGradients;
+pub use ops::op_classes;
 
 use core::marker::PhantomData;
 

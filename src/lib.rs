@@ -57,7 +57,7 @@ pub mod policy;
 mod probe;
 mod registry;
 
-pub use backend::{MixedPrecision, ScaledGradients, cast_to_output};
+pub use backend::{MixedPrecision, ScaledGradients, cast_to_output, op_classes};
 pub use context::{global_policy, set_global_policy, with_policy};
 pub use loss_scale::{
     LossScale, LossScaleConfig, LossScaleError, LossScaleOptimizer, LossScaleOptimizerRecord,

@@ -520,10 +520,9 @@ fn autodiff_outside_the_decorator_trains_with_gradients_in_compute_dtype() {
     });
 }
 
-/// Every method of Burn's seven op traits is written in `src/backend/ops/` (forwarded or
-/// intercepted), so a fast path of the inner backend is never replaced by Burn's default.
-#[test]
-fn forwarding_tables_cover_every_op_of_burns_traits() {
+/// Every method of Burn's seven op traits, as `(trait, method)`, read from the sources of
+/// the burn-backend version in Cargo.lock.
+fn burn_op_methods() -> Vec<(&'static str, String)> {
     let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.lock")).unwrap();
     let version = lock
         .split("[[package]]")
@@ -545,11 +544,6 @@ fn forwarding_tables_cover_every_op_of_burns_traits() {
         })
         .find(|p| p.is_dir())
         .expect("burn-backend's sources in the cargo registry");
-
-    let ours: String = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/src/backend/ops"))
-        .unwrap()
-        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
-        .collect();
     let traits = [
         ("tensor.rs", "FloatTensorOps"),
         ("int_tensor.rs", "IntTensorOps"),
@@ -559,8 +553,7 @@ fn forwarding_tables_cover_every_op_of_burns_traits() {
         ("qtensor.rs", "QTensorOps"),
         ("transaction.rs", "TransactionOps"),
     ];
-    let mut missing = Vec::new();
-    let mut total = 0;
+    let mut methods = Vec::new();
     for (file, name) in traits {
         let src = std::fs::read_to_string(ops_dir.join(file)).unwrap();
         let start = src.find(&format!("pub trait {name}")).unwrap();
@@ -577,12 +570,82 @@ fn forwarding_tables_cover_every_op_of_burns_traits() {
                 .chars()
                 .take_while(|c| c.is_alphanumeric() || *c == '_')
                 .collect();
-            total += 1;
-            if !ours.contains(&format!("fn {method}(")) {
-                missing.push(format!("{name}::{method}"));
-            }
+            methods.push((name, method));
         }
     }
-    assert!(total > 400, "parsed only {total} methods");
+    assert!(methods.len() > 400, "parsed only {} methods", methods.len());
+    methods
+}
+
+/// Every method of Burn's seven op traits is written in `src/backend/ops/` (forwarded or
+/// intercepted), so a fast path of the inner backend is never replaced by Burn's default.
+#[test]
+fn forwarding_tables_cover_every_op_of_burns_traits() {
+    let ours: String = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/src/backend/ops"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    let missing: Vec<String> = burn_op_methods()
+        .into_iter()
+        .filter(|(_, method)| !ours.contains(&format!("fn {method}(")))
+        .map(|(name, method)| format!("{name}::{method}"))
+        .collect();
     assert!(missing.is_empty(), "not forwarded: {missing:?}");
+}
+
+/// The cost report's class table has one row for every op of Burn's traits, and no other.
+#[test]
+fn every_op_of_burns_traits_has_one_row_in_the_class_table() {
+    let table = burn_amp::op_classes();
+    let methods = burn_op_methods();
+    let missing: Vec<String> = methods
+        .iter()
+        .filter(|(_, m)| !table.iter().any(|(name, _)| name == m))
+        .map(|(t, m)| format!("{t}::{m}"))
+        .collect();
+    assert!(missing.is_empty(), "ops without a row: {missing:?}");
+    let stray: Vec<&str> = table
+        .iter()
+        .map(|(name, _)| *name)
+        .filter(|name| !methods.iter().any(|(_, m)| m == name))
+        .collect();
+    assert!(stray.is_empty(), "rows of no Burn op: {stray:?}");
+    let twice: Vec<&str> = table
+        .windows(2)
+        .filter(|w| w[0].0 == w[1].0)
+        .map(|w| w[0].0)
+        .collect();
+    assert!(twice.is_empty(), "ops with two rows: {twice:?}");
+}
+
+/// What the cost report counts in a real step is what the class table says of each op:
+/// every op it counted has the class of its row.
+#[test]
+fn the_cost_report_counts_each_op_in_the_class_of_its_row() {
+    use burn_amp::cost::{self, Counted};
+    let device = Default::default();
+    let table = burn_amp::op_classes();
+    for name in ["mixed_bfloat16", "mixed_float16", "float16"] {
+        let policy: Policy = name.parse().unwrap();
+        let (_, cost) = cost::record(|| nn_modules::<Autodiff<Flex>>(&device, policy));
+        let mut seen = Vec::new();
+        for (class, op, _, _) in cost.ops() {
+            let row = table.iter().find(|(n, _)| *n == op).map(|(_, how)| *how);
+            assert_eq!(row, Some(Counted::Op(class)), "{op} under {name}");
+            seen.push(op);
+        }
+        for op in [
+            "linear",
+            "conv2d",
+            "embedding",
+            "float_matmul",
+            "softmax",
+            "layer_norm",
+        ] {
+            assert!(
+                seen.contains(&op),
+                "{op} not counted under {name}: {seen:?}"
+            );
+        }
+    }
 }

@@ -151,7 +151,8 @@ fn check<B: Backend + Fp8Backend + AccumBackend>(name: &str, sizes: &Sizes) -> C
     checks
 }
 
-/// Every speed row on backend `B` (autodiff over it for training) with runtime `R`.
+/// Every speed row on backend `B` (autodiff over it for training) with runtime `R`; each row
+/// is printed as soon as it is measured, so that a run stopped early still shows its rows.
 fn speed<B: Backend, R: cubecl::Runtime>(
     name: &str,
     sizes: &Sizes,
@@ -159,23 +160,32 @@ fn speed<B: Backend, R: cubecl::Runtime>(
     rows: &mut Vec<Row>,
 ) {
     eprintln!("gpu_suite: speed on {name}");
-    rows.push(training::overhead::<Autodiff<B>>(
+    let mut add = |new: Vec<Row>| {
+        for row in &new {
+            eprintln!(
+                "gpu_suite: {} [{}]: {} / {} = {:.3}",
+                row.what, row.backend, row.measured, row.baseline, row.ratio
+            );
+        }
+        rows.extend(new);
+    };
+    add(vec![training::overhead::<Autodiff<B>>(
         sizes.mlp, sizes.runs, name,
-    ));
+    )]);
     for workload in [sizes.mlp, sizes.decoder] {
-        rows.extend(training::policies::<Autodiff<B>>(
+        add(training::policies::<Autodiff<B>>(
             workload, policies, sizes.runs, name,
         ));
     }
-    rows.push(training::fused_vs_adam::<Autodiff<B>>(
+    add(vec![training::fused_vs_adam::<Autodiff<B>>(
         sizes.mlp,
         &Default::default(),
         sizes.runs,
         name,
         None,
-    ));
-    rows.extend(matmul::rows::<B>(&sizes.matmul, sizes.runs, name));
-    rows.extend(kernels::rows::<R>(
+    )]);
+    add(matmul::rows::<B>(&sizes.matmul, sizes.runs, name));
+    add(kernels::rows::<R>(
         &Default::default(),
         sizes.kernels_quick,
         sizes.runs,

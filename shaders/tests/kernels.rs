@@ -229,6 +229,55 @@ fn scales_of_non_finite_and_zero_amaxes_match_the_reference_bit_for_bit() {
 }
 
 #[test]
+fn float_scales_of_random_amaxes_match_ieee_division_bit_for_bit() {
+    // The float rule divides (fp8_max / amax, then 1 / scale) in integer arithmetic, since a
+    // Vulkan driver may divide 2.5 ulp off; every quotient must round as IEEE division does.
+    let client = client();
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut amaxes: Vec<u32> = (0..1 << 16)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // Positive, finite, non-zero: normals and subnormals of every exponent.
+            ((state >> 33) as u32 % 0x7f80_0000).max(1)
+        })
+        .collect();
+    amaxes.extend([
+        1,
+        0x007f_ffff,
+        0x0080_0000,
+        0x3f80_0000,
+        0x43e0_0000,
+        0x7f7f_ffff,
+    ]);
+    let n = amaxes.len() as u32;
+    for format in [
+        Fp8Format::E4M3,
+        Fp8Format::E5M2,
+        Fp8Format::E4M3.with_bias(11).unwrap(),
+    ] {
+        for rule in [
+            ScaleRule::Float { margin: 0 },
+            ScaleRule::Float { margin: 3 },
+        ] {
+            let amax = client.create_from_slice(u32::as_bytes(&amaxes));
+            let (scales, scale_invs) = launch::scales::<R>(&client, amax, n, format, rule);
+            let got_s = read_f32(&client, scales, amaxes.len());
+            let got_si = read_f32(&client, scale_invs, amaxes.len());
+            for (b, &a) in amaxes.iter().enumerate() {
+                let want = block_scale(a, format, rule);
+                assert_eq!(
+                    (got_s[b].to_bits(), got_si[b].to_bits()),
+                    (want.scale.to_bits(), want.scale_inv.to_bits()),
+                    "{format} {rule:?} amax {a:#x}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn every_code_dequantizes_like_the_reference() {
     let client = client();
     let codes: Vec<u8> = (0..=255).collect();

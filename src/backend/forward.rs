@@ -1,20 +1,55 @@
 //! The two macros the op families are written with: `forward!` hands an op to the inner
 //! backend untouched, `autocast!` first applies one of the casting rules of
-//! `crate::backend::autocast`. Each takes a table of signatures, one line an op.
+//! `crate::backend::autocast`. Each takes a table of signatures, one line an op; each op file
+//! names its tables (`macro_rules! float_forwarded { ($then:ident) => { $then! { .. } } }`),
+//! so that one table makes both the ops (`float_forwarded!(forward)`) and their rows of the
+//! class table (`float_forwarded!(forward_classes)`), and no op can be left out of the cost
+//! report.
 
 /// Generates ops that call the inner backend's op of the same name with the same arguments,
 /// so every fast path of the inner backend is kept. `=> post` applies `post` to the result
-/// (used to re-tag a `TensorPrimitive<B>` as `TensorPrimitive<MixedPrecision<B>>`).
+/// (used to re-tag a `TensorPrimitive<B>` as `TensorPrimitive<MixedPrecision<B>>`). A line
+/// marked `#[read]` is a read back to the host, `#[query]` touches no values (see
+/// [`counted!`]).
 macro_rules! forward {
-    ($inner:ident; $( fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $(-> $ret:ty)? $(=> $post:path)? ; )*) => {
+    ($inner:ident; $( $(#[$how:ident])? fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $(-> $ret:ty)? $(=> $post:path)? ; )*) => {
         $(
             #[inline]
             #[allow(unused_parens)]
             fn $name( $($arg : $ty),* ) $(-> $ret)? {
-                let _op = $crate::cost::forwarded(stringify!($name));
+                let _op = $crate::cost::counted(stringify!($name), counted!($($how)?));
                 $( $post )? ( $inner::$name( $($arg),* ) )
             }
         )*
+    };
+}
+
+/// How the cost report counts a `forward!` line: as a forwarded op, or, marked `#[read]`, as
+/// a read back to the host the user made, or, marked `#[query]` (a device, a flag), not at
+/// all.
+macro_rules! counted {
+    () => {
+        $crate::cost::Counted::Op($crate::cost::OpClass::Forwarded)
+    };
+    (read) => {
+        $crate::cost::Counted::UserRead
+    };
+    (query) => {
+        $crate::cost::Counted::Query
+    };
+}
+
+/// The class table's rows of a `forward!` table: `(name, how it is counted)`.
+macro_rules! forward_classes {
+    ($inner:ident; $( $(#[$how:ident])? fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $(-> $ret:ty)? $(=> $post:path)? ; )*) => {
+        [$( (stringify!($name), counted!($($how)?)) ),*]
+    };
+}
+
+/// The class table's rows of an `autocast!` table: each op in its rule's class.
+macro_rules! autocast_classes {
+    ($inner:ident; $( $rule:ident fn $name:ident ( $($cast:ident),+ $(; $($arg:ident : $ty:ty),* )? ) -> $ret:ty ; )*) => {
+        [$( (stringify!($name), $crate::cost::Counted::Op($crate::backend::autocast::class::$rule)) ),*]
     };
 }
 

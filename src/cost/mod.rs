@@ -69,6 +69,18 @@ impl OpClass {
     }
 }
 
+/// How the cost report counts an op of Burn's backend traits: one row of the class table
+/// ([`crate::op_classes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Counted {
+    /// As an op of this class (in [`StepCost::ops`]).
+    Op(OpClass),
+    /// As a read back to the host the user's code made (in [`Reads::user`]).
+    UserRead,
+    /// Not at all: it touches no values (a tensor's device, a flag).
+    Query,
+}
+
 /// Reads back to the host.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Reads {
@@ -336,20 +348,22 @@ pub(crate) fn rounded(from: DType, to: DType, elements: usize) {
     });
 }
 
-/// An op the decorator hands to the inner backend as it is, by name: reads back
-/// (`*_into_data`) are counted as the user's reads, queries (devices, flags) not at all;
-/// timed by [`profile`] until the guard drops.
+/// An op the decorator hands to the inner backend as it is (a forwarded op), by name; timed
+/// by [`profile`] until the guard drops.
 pub(crate) fn forwarded(name: &'static str) -> Timed {
-    if name.ends_with("_into_data") {
-        user_read();
-        timed(name, None)
-    } else if !(name.ends_with("_device")
-        || name.starts_with("has_")
-        || name.contains("is_require_grad"))
-    {
-        op(OpClass::Forwarded, name, None)
-    } else {
-        Timed::none()
+    op(OpClass::Forwarded, name, None)
+}
+
+/// An op counted as its row of the class table says ([`crate::op_classes`]); timed by
+/// [`profile`] until the guard drops, except a query.
+pub(crate) fn counted(name: &'static str, how: Counted) -> Timed {
+    match how {
+        Counted::Op(class) => op(class, name, None),
+        Counted::UserRead => {
+            user_read();
+            timed(name, None)
+        }
+        Counted::Query => Timed::none(),
     }
 }
 

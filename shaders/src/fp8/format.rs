@@ -47,7 +47,10 @@ impl Fp8Layout {
         }
     }
 
-    /// The NaN code without its sign: `0.1111.111` (0x7F) or `0.11111.10` (0x7E, quiet).
+    /// The NaN code without its sign: `0.1111.111` (0x7F) or `0.11111.10` (0x7E, quiet). A NaN
+    /// encodes with its sign where the backend hands it over (the CPU, lavapipe); NVIDIA's
+    /// f16/f32 conversions return the positive canonical NaN, so there a NaN's code may be
+    /// the positive one.
     pub const fn nan_code(self) -> u8 {
         match self {
             Self::E4M3 => 0x7F,

@@ -210,6 +210,46 @@ pub fn mantissa_of(bits: u32) -> u32 {
     out
 }
 
+/// `num / den` for positive, finite, non-zero f32 bits, rounded to nearest even as IEEE
+/// division rounds, in integer arithmetic: Vulkan lets f32 division be 2.5 ulp off (NVIDIA's
+/// driver is), and a scale must not depend on the driver. A quotient past f32's range gives
+/// inf's bits, one below the normal range 0 (the one caller clamps both).
+#[cube]
+pub fn div_rn(num: u32, den: u32) -> u32 {
+    let mut e = exponent_of(num) - exponent_of(den);
+    let mut n = mantissa_of(num) | 0x80_0000u32;
+    let d = mantissa_of(den) | 0x80_0000u32;
+    if n < d {
+        n <<= 1u32;
+        e -= 1;
+    }
+    // 25 quotient bits (the 24 kept and a guard bit); the remainder is the sticky bit.
+    let mut q = 0u32;
+    for _ in 0..25u32 {
+        q <<= 1u32;
+        if n >= d {
+            n -= d;
+            q |= 1u32;
+        }
+        n <<= 1u32;
+    }
+    let mut m = q >> 1u32;
+    if (q & 1u32) == 1u32 && (n != 0u32 || (m & 1u32) == 1u32) {
+        m += 1u32;
+    }
+    if m == 0x100_0000u32 {
+        m >>= 1u32;
+        e += 1;
+    }
+    let mut out = 0u32;
+    if e > 127 {
+        out = 0x7f80_0000u32;
+    } else if e >= -126 {
+        out = (u32::cast_from(e + 127) << 23u32) | (m & 0x7f_ffffu32);
+    }
+    out
+}
+
 /// `2^k` for `k` in `-126..=127`.
 #[cube]
 pub fn pow2(k: i32) -> f32 {
@@ -247,7 +287,7 @@ pub fn scales_kernel(
     } else if a != 0 {
         let max_bits = u32::reinterpret(fp8_max);
         if comptime!(rule == 0) {
-            let mut s = fp8_max / f32::reinterpret(a);
+            let mut s = f32::reinterpret(div_rn(max_bits, a));
             if margin > 0 {
                 s *= pow2(-i32::cast_from(min(margin, 126u32)));
             }
@@ -260,7 +300,7 @@ pub fn scales_kernel(
                 s = pow2(126i32);
             }
             scale = s;
-            scale_inv = 1.0 / s;
+            scale_inv = f32::reinterpret(div_rn(0x3f80_0000u32, u32::reinterpret(s)));
         } else if comptime!(rule == 1) {
             let mut k = exponent_of(max_bits) - exponent_of(a);
             if mantissa_of(a) > mantissa_of(max_bits) {

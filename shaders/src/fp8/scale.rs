@@ -33,7 +33,8 @@ use super::format::Fp8Format;
 /// How a block's scale follows from its amax.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ScaleRule {
-    /// `max / amax / 2^margin`, an f32 division.
+    /// `max / amax / 2^margin`, an f32 division rounded as IEEE rounds it on every backend
+    /// (the kernels divide in integer arithmetic: Vulkan drivers may divide 2.5 ulp off).
     Float {
         /// Headroom in powers of two (Transformer Engine's `margin`).
         margin: u32,

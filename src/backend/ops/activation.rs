@@ -7,7 +7,7 @@ use burn_tensor::{Scalar, TensorMetadata};
 
 use crate::MixedPrecision;
 use crate::backend::autocast;
-use crate::cost::{self, OpClass};
+use crate::cost::{self, Counted, OpClass};
 use crate::cpu::Routed;
 
 /// Softmax or log-softmax in f32: over the last dimension on burn-amp's kernels where the
@@ -56,6 +56,34 @@ fn activation<B: Backend>(
     inner(tensor)
 }
 
+/// The ops of `ActivationOps` that apply one casting rule.
+macro_rules! activation_autocast {
+    ($then:ident) => {
+        $then! { B;
+            to_f32 fn softmin(tensor; dim: usize) -> FloatTensor<Self>;
+            to_f32 fn log_sigmoid(tensor) -> FloatTensor<Self>;
+            to_widest fn prelu(tensor, alpha) -> FloatTensor<Self>;
+            // Called only by an autodiff decorator outside this one: saved input and gradient
+            // may differ in dtype.
+            to_widest fn relu_backward(output, grad) -> FloatTensor<Self>;
+            to_widest fn gelu_backward(x, grad) -> FloatTensor<Self>;
+            to_widest fn sigmoid_backward(output, grad) -> FloatTensor<Self>;
+            to_widest fn log_sigmoid_backward(x, grad) -> FloatTensor<Self>;
+        }
+    };
+}
+
+/// The ops of `ActivationOps` handed to the inner backend as they are.
+macro_rules! activation_forwarded {
+    ($then:ident) => {
+        $then! { B;
+            fn leaky_relu(tensor: FloatTensor<Self>, negative_slope: Scalar) -> FloatTensor<Self>;
+            fn sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn hard_sigmoid(tensor: FloatTensor<Self>, alpha: Scalar, beta: Scalar) -> FloatTensor<Self>;
+        }
+    };
+}
+
 impl<B: Backend> ActivationOps<Self> for MixedPrecision<B> {
     /// Float32 class (see `softmax_f32`).
     fn softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
@@ -81,21 +109,20 @@ impl<B: Backend> ActivationOps<Self> for MixedPrecision<B> {
         activation::<B>(tensor, |ops| ops.relu, B::relu)
     }
 
-    autocast! { B;
-        to_f32 fn softmin(tensor; dim: usize) -> FloatTensor<Self>;
-        to_f32 fn log_sigmoid(tensor) -> FloatTensor<Self>;
-        to_widest fn prelu(tensor, alpha) -> FloatTensor<Self>;
-        // Called only by an autodiff decorator outside this one: saved input and gradient
-        // may differ in dtype.
-        to_widest fn relu_backward(output, grad) -> FloatTensor<Self>;
-        to_widest fn gelu_backward(x, grad) -> FloatTensor<Self>;
-        to_widest fn sigmoid_backward(output, grad) -> FloatTensor<Self>;
-        to_widest fn log_sigmoid_backward(x, grad) -> FloatTensor<Self>;
-    }
+    activation_autocast!(autocast);
 
-    forward! { B;
-        fn leaky_relu(tensor: FloatTensor<Self>, negative_slope: Scalar) -> FloatTensor<Self>;
-        fn sigmoid(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn hard_sigmoid(tensor: FloatTensor<Self>, alpha: Scalar, beta: Scalar) -> FloatTensor<Self>;
-    }
+    activation_forwarded!(forward);
+}
+
+/// The class table's rows of `ActivationOps`.
+pub(super) fn classes() -> Vec<(&'static str, Counted)> {
+    let mut rows = vec![
+        ("softmax", Counted::Op(OpClass::Float32)),
+        ("log_softmax", Counted::Op(OpClass::Float32)),
+        ("gelu", Counted::Op(OpClass::Forwarded)),
+        ("relu", Counted::Op(OpClass::Forwarded)),
+    ];
+    rows.extend(activation_autocast!(autocast_classes));
+    rows.extend(activation_forwarded!(forward_classes));
+    rows
 }

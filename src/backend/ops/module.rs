@@ -14,7 +14,7 @@ use burn_tensor::ops::{
 use crate::MixedPrecision;
 use crate::backend::autocast;
 use crate::context::{self, with_policy};
-use crate::cost::{self, OpClass};
+use crate::cost::{self, Counted, OpClass};
 use crate::cpu::{ConvGeometry, Routed};
 
 /// Casts the inputs of a compute-class module op to the compute dtype of `$policy` (the
@@ -86,6 +86,58 @@ where
     };
     compute_inputs!(op.policy; x, weight; bias);
     op.compute(name, x, weight, |x, weight| inner(x, weight, bias, options))
+}
+
+/// The backward helpers of `ModuleOps` that apply one casting rule (see the impl).
+macro_rules! module_autocast {
+    ($then:ident) => {
+        $then! { B;
+            to_compute fn linear_x_backward(weight, output_grad) -> FloatTensor<Self>;
+            to_compute fn linear_weight_backward(x, output_grad) -> FloatTensor<Self>;
+            to_compute fn conv1d_x_backward(x, weight, output_grad; options: ConvOptions<1>) -> FloatTensor<Self>;
+            to_compute fn conv1d_weight_backward(x, weight, output_grad; options: ConvOptions<1>) -> FloatTensor<Self>;
+            to_compute fn conv1d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
+            to_compute fn conv2d_x_backward(x, weight, output_grad; options: ConvOptions<2>) -> FloatTensor<Self>;
+            to_compute fn conv2d_weight_backward(x, weight, output_grad; options: ConvOptions<2>) -> FloatTensor<Self>;
+            to_compute fn conv2d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
+            to_compute fn conv3d_x_backward(x, weight, output_grad; options: ConvOptions<3>) -> FloatTensor<Self>;
+            to_compute fn conv3d_weight_backward(x, weight, output_grad; options: ConvOptions<3>) -> FloatTensor<Self>;
+            to_compute fn conv3d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
+            to_compute fn conv_transpose1d_x_backward(weight, output_grad; options: ConvTransposeOptions<1>) -> FloatTensor<Self>;
+            to_compute fn conv_transpose1d_weight_backward(x, weight, output_grad; options: ConvTransposeOptions<1>) -> FloatTensor<Self>;
+            to_compute fn conv_transpose1d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
+            to_compute fn conv_transpose2d_x_backward(weight, output_grad; options: ConvTransposeOptions<2>) -> FloatTensor<Self>;
+            to_compute fn conv_transpose2d_weight_backward(x, weight, output_grad; options: ConvTransposeOptions<2>) -> FloatTensor<Self>;
+            to_compute fn conv_transpose2d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
+            to_compute fn conv_transpose3d_x_backward(weight, output_grad; options: ConvTransposeOptions<3>) -> FloatTensor<Self>;
+            to_compute fn conv_transpose3d_weight_backward(x, weight, output_grad; options: ConvTransposeOptions<3>) -> FloatTensor<Self>;
+            to_compute fn conv_transpose3d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
+            to_widest fn embedding_backward(weights, output_grad; indices: IntTensor<Self>) -> FloatTensor<Self>;
+            to_widest fn avg_pool1d_backward(x, grad; kernel_size: usize, stride: usize, padding: usize, count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self>;
+            to_widest fn avg_pool2d_backward(x, grad; kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self>;
+            to_widest fn adaptive_avg_pool1d_backward(x, grad) -> FloatTensor<Self>;
+            to_widest fn adaptive_avg_pool2d_backward(x, grad) -> FloatTensor<Self>;
+            to_widest fn interpolate_backward(x, grad; output_size: [usize; 2], options: InterpolateOptions) -> FloatTensor<Self>;
+        }
+    };
+}
+
+/// The ops of `ModuleOps` handed to the inner backend as they are.
+macro_rules! module_forwarded {
+    ($then:ident) => {
+        $then! { B;
+            fn linear_bias_backward(output_grad: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn unfold4d(x: FloatTensor<Self>, kernel_size: [usize; 2], options: UnfoldOptions) -> FloatTensor<Self>;
+            fn avg_pool1d(x: FloatTensor<Self>, kernel_size: usize, stride: usize, padding: usize, count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self>;
+            fn avg_pool2d(x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self>;
+            fn adaptive_avg_pool2d(x: FloatTensor<Self>, output_size: [usize; 2]) -> FloatTensor<Self>;
+            fn adaptive_avg_pool1d(x: FloatTensor<Self>, output_size: usize) -> FloatTensor<Self>;
+            fn max_pool1d(x: FloatTensor<Self>, kernel_size: usize, stride: usize, padding: usize, dilation: usize, ceil_mode: bool) -> FloatTensor<Self>;
+            fn max_pool2d(x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], ceil_mode: bool) -> FloatTensor<Self>;
+            fn interpolate(x: FloatTensor<Self>, output_size: [usize; 2], options: InterpolateOptions) -> FloatTensor<Self>;
+            #[query] fn has_ctc_loss_backward() -> bool;
+        }
+    };
 }
 
 impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
@@ -368,34 +420,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     // (`Autodiff<MixedPrecision<B>>`), with saved inputs in their own dtype and gradients in
     // the compute dtype: those of compute-class ops run in the compute dtype, the others
     // promote.
-    autocast! { B;
-        to_compute fn linear_x_backward(weight, output_grad) -> FloatTensor<Self>;
-        to_compute fn linear_weight_backward(x, output_grad) -> FloatTensor<Self>;
-        to_compute fn conv1d_x_backward(x, weight, output_grad; options: ConvOptions<1>) -> FloatTensor<Self>;
-        to_compute fn conv1d_weight_backward(x, weight, output_grad; options: ConvOptions<1>) -> FloatTensor<Self>;
-        to_compute fn conv1d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
-        to_compute fn conv2d_x_backward(x, weight, output_grad; options: ConvOptions<2>) -> FloatTensor<Self>;
-        to_compute fn conv2d_weight_backward(x, weight, output_grad; options: ConvOptions<2>) -> FloatTensor<Self>;
-        to_compute fn conv2d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
-        to_compute fn conv3d_x_backward(x, weight, output_grad; options: ConvOptions<3>) -> FloatTensor<Self>;
-        to_compute fn conv3d_weight_backward(x, weight, output_grad; options: ConvOptions<3>) -> FloatTensor<Self>;
-        to_compute fn conv3d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
-        to_compute fn conv_transpose1d_x_backward(weight, output_grad; options: ConvTransposeOptions<1>) -> FloatTensor<Self>;
-        to_compute fn conv_transpose1d_weight_backward(x, weight, output_grad; options: ConvTransposeOptions<1>) -> FloatTensor<Self>;
-        to_compute fn conv_transpose1d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
-        to_compute fn conv_transpose2d_x_backward(weight, output_grad; options: ConvTransposeOptions<2>) -> FloatTensor<Self>;
-        to_compute fn conv_transpose2d_weight_backward(x, weight, output_grad; options: ConvTransposeOptions<2>) -> FloatTensor<Self>;
-        to_compute fn conv_transpose2d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
-        to_compute fn conv_transpose3d_x_backward(weight, output_grad; options: ConvTransposeOptions<3>) -> FloatTensor<Self>;
-        to_compute fn conv_transpose3d_weight_backward(x, weight, output_grad; options: ConvTransposeOptions<3>) -> FloatTensor<Self>;
-        to_compute fn conv_transpose3d_bias_backward(x, bias, output_grad) -> FloatTensor<Self>;
-        to_widest fn embedding_backward(weights, output_grad; indices: IntTensor<Self>) -> FloatTensor<Self>;
-        to_widest fn avg_pool1d_backward(x, grad; kernel_size: usize, stride: usize, padding: usize, count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self>;
-        to_widest fn avg_pool2d_backward(x, grad; kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self>;
-        to_widest fn adaptive_avg_pool1d_backward(x, grad) -> FloatTensor<Self>;
-        to_widest fn adaptive_avg_pool2d_backward(x, grad) -> FloatTensor<Self>;
-        to_widest fn interpolate_backward(x, grad; output_size: [usize; 2], options: InterpolateOptions) -> FloatTensor<Self>;
-    }
+    module_autocast!(autocast);
 
     fn ctc_loss_backward(
         log_probs: FloatTensor<Self>,
@@ -422,16 +447,36 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         )
     }
 
-    forward! { B;
-        fn linear_bias_backward(output_grad: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn unfold4d(x: FloatTensor<Self>, kernel_size: [usize; 2], options: UnfoldOptions) -> FloatTensor<Self>;
-        fn avg_pool1d(x: FloatTensor<Self>, kernel_size: usize, stride: usize, padding: usize, count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self>;
-        fn avg_pool2d(x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self>;
-        fn adaptive_avg_pool2d(x: FloatTensor<Self>, output_size: [usize; 2]) -> FloatTensor<Self>;
-        fn adaptive_avg_pool1d(x: FloatTensor<Self>, output_size: usize) -> FloatTensor<Self>;
-        fn max_pool1d(x: FloatTensor<Self>, kernel_size: usize, stride: usize, padding: usize, dilation: usize, ceil_mode: bool) -> FloatTensor<Self>;
-        fn max_pool2d(x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], ceil_mode: bool) -> FloatTensor<Self>;
-        fn interpolate(x: FloatTensor<Self>, output_size: [usize; 2], options: InterpolateOptions) -> FloatTensor<Self>;
-        fn has_ctc_loss_backward() -> bool;
-    }
+    module_forwarded!(forward);
+}
+
+/// The class table's rows of `ModuleOps`: the ops written out above, then the tables.
+pub(super) fn classes() -> Vec<(&'static str, Counted)> {
+    use Counted::Op;
+    use OpClass::*;
+    let mut rows = vec![
+        ("linear", Op(Compute)),
+        ("conv1d", Op(Compute)),
+        ("conv2d", Op(Compute)),
+        ("conv3d", Op(Compute)),
+        ("conv_transpose1d", Op(Compute)),
+        ("conv_transpose2d", Op(Compute)),
+        ("conv_transpose3d", Op(Compute)),
+        ("deform_conv2d", Op(Compute)),
+        ("attention", Op(Compute)),
+        ("embedding", Op(Compute)),
+        ("layer_norm", Op(Float32)),
+        ("ctc_loss", Op(Float32)),
+        ("rfft", Op(Float32)),
+        ("irfft", Op(Float32)),
+        ("deform_conv2d_backward", Op(Compute)),
+        ("max_pool1d_with_indices", Op(Forwarded)),
+        ("max_pool1d_with_indices_backward", Op(Promote)),
+        ("max_pool2d_with_indices", Op(Forwarded)),
+        ("max_pool2d_with_indices_backward", Op(Promote)),
+        ("ctc_loss_backward", Op(Float32)),
+    ];
+    rows.extend(module_autocast!(autocast_classes));
+    rows.extend(module_forwarded!(forward_classes));
+    rows
 }

@@ -15,7 +15,7 @@ use burn_amp_kernels::cpu::nn::BinaryOp;
 use crate::MixedPrecision;
 use crate::backend::autocast;
 use crate::context;
-use crate::cost::{self, OpClass};
+use crate::cost::{self, Counted, OpClass};
 
 /// Under a policy whose variables are not f32 (`float16`, `bfloat16`), a float tensor
 /// created in f32 is created in the variable dtype instead; explicit other dtypes are kept.
@@ -26,13 +26,132 @@ fn creation_dtype<B: Backend>(device: &B::Device, requested: FloatDType) -> Floa
     }
 }
 
+/// The ops of `FloatTensorOps` that apply one casting rule.
+macro_rules! float_autocast {
+    ($then:ident) => {
+        $then! { B;
+
+            // Float32 class: exp/log/pow, the trigonometry PyTorch lists as f32, reductions.
+            to_f32 fn float_exp(tensor) -> FloatTensor<Self>;
+            to_f32 fn float_log(tensor) -> FloatTensor<Self>;
+            to_f32 fn float_log1p(tensor) -> FloatTensor<Self>;
+            to_f32 fn float_recip(tensor) -> FloatTensor<Self>;
+            to_f32 fn float_powf(lhs, rhs) -> FloatTensor<Self>;
+            to_f32 fn float_powi(lhs; rhs: IntTensor<Self>) -> FloatTensor<Self>;
+            to_f32 fn float_powi_scalar(lhs; rhs: Scalar) -> FloatTensor<Self>;
+            to_f32 fn float_powf_scalar(tensor; value: Scalar) -> FloatTensor<Self>;
+            to_f32 fn float_tan(tensor) -> FloatTensor<Self>;
+            to_f32 fn float_cosh(tensor) -> FloatTensor<Self>;
+            to_f32 fn float_sinh(tensor) -> FloatTensor<Self>;
+            to_f32 fn float_acos(tensor) -> FloatTensor<Self>;
+            to_f32 fn float_asin(tensor) -> FloatTensor<Self>;
+            to_f32 fn float_sum(tensor) -> FloatTensor<Self>;
+            to_f32 fn float_sum_dim(tensor; dim: usize) -> FloatTensor<Self>;
+            to_f32 fn float_prod(tensor) -> FloatTensor<Self>;
+            to_f32 fn float_prod_dim(tensor; dim: usize) -> FloatTensor<Self>;
+            to_f32 fn float_mean(tensor) -> FloatTensor<Self>;
+            to_f32 fn float_mean_dim(tensor; dim: usize) -> FloatTensor<Self>;
+            to_f32 fn float_cumsum(tensor; dim: usize) -> FloatTensor<Self>;
+            to_f32 fn float_cumprod(tensor; dim: usize) -> FloatTensor<Self>;
+
+            // Promote class: several float inputs meet in the widest dtype.
+            to_widest fn float_remainder(lhs, rhs) -> FloatTensor<Self>;
+            to_widest fn float_atan2(lhs, rhs) -> FloatTensor<Self>;
+            to_widest fn float_cross(lhs, rhs; dim: usize) -> FloatTensor<Self>;
+            to_widest fn float_grid_sample_2d(tensor, grid; options: GridSampleOptions) -> FloatTensor<Self>;
+            to_widest fn float_equal(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
+            to_widest fn float_not_equal(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
+            to_widest fn float_greater(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
+            to_widest fn float_greater_equal(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
+            to_widest fn float_lower(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
+            to_widest fn float_lower_equal(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
+        }
+    };
+}
+
+/// The ops of `FloatTensorOps` handed to the inner backend as they are.
+macro_rules! float_forwarded {
+    ($then:ident) => {
+        $then! { B;
+            #[read] fn float_into_data(tensor: FloatTensor<Self>) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send;
+            #[query] fn float_device(tensor: &FloatTensor<Self>) -> Device<Self>;
+            fn float_to_device(tensor: FloatTensor<Self>, device: &Device<Self>) -> FloatTensor<Self>;
+            fn float_into_int(tensor: FloatTensor<Self>, out_dtype: IntDType) -> IntTensor<Self>;
+            fn float_repeat_dim(tensor: FloatTensor<Self>, dim: usize, times: usize) -> FloatTensor<Self>;
+            fn float_clamp_min(tensor: FloatTensor<Self>, min: Scalar) -> FloatTensor<Self>;
+            fn float_clamp_max(tensor: FloatTensor<Self>, max: Scalar) -> FloatTensor<Self>;
+            fn float_clamp(tensor: FloatTensor<Self>, min: Scalar, max: Scalar) -> FloatTensor<Self>;
+            fn float_remainder_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
+            fn float_neg(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_transpose(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_permute(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self>;
+            fn float_flip(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self>;
+            fn float_gather(dim: usize, tensor: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self>;
+            fn float_gather_nd(_data: FloatTensor<Self>, _indices: IntTensor<Self>) -> FloatTensor<Self>;
+            fn float_select(tensor: FloatTensor<Self>, dim: usize, indices: IntTensor<Self>) -> FloatTensor<Self>;
+            fn float_slice(tensor: FloatTensor<Self>, slices: &[Slice]) -> FloatTensor<Self>;
+            fn float_mask_fill(tensor: FloatTensor<Self>, mask: BoolTensor<Self>, value: Scalar) -> FloatTensor<Self>;
+            fn float_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
+            fn float_not_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
+            fn float_greater_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
+            fn float_greater_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
+            fn float_lower_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
+            fn float_lower_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
+            fn float_detach(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            #[query] fn float_is_require_grad(_tensor: &FloatTensor<Self>) -> bool;
+            fn float_cummin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
+            fn float_cummax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
+            fn float_powi_scalar_impl(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
+            fn float_powf_scalar_impl(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self>;
+            fn float_sqrt(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_cos(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_sin(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_tanh(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_acosh(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_asinh(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_atan(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_atanh(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_round(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_floor(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_ceil(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_trunc(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_argmax(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self>;
+            fn float_argtopk(tensor: FloatTensor<Self>, dim: usize, k: usize, out_dtype: IntDType) -> IntTensor<Self>;
+            fn float_topk(tensor: FloatTensor<Self>, dim: usize, k: usize) -> FloatTensor<Self>;
+            fn float_argmin(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self>;
+            fn float_max(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_max_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
+            fn float_max_dim_with_indices(tensor: FloatTensor<Self>, dim: usize, indices_dtype: IntDType) -> (FloatTensor<Self>, IntTensor<Self>);
+            fn float_min(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_min_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
+            fn float_min_dim_with_indices(tensor: FloatTensor<Self>, dim: usize, indices_dtype: IntDType) -> (FloatTensor<Self>, IntTensor<Self>);
+            fn float_max_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_max_abs_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
+            fn float_any(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self>;
+            fn float_any_dim(tensor: FloatTensor<Self>, dim: usize, out_dtype: BoolDType) -> BoolTensor<Self>;
+            fn float_all(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self>;
+            fn float_all_dim(tensor: FloatTensor<Self>, dim: usize, out_dtype: BoolDType) -> BoolTensor<Self>;
+            fn float_sign(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
+            fn float_expand(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self>;
+            fn float_sort(tensor: FloatTensor<Self>, dim: usize, descending: bool) -> FloatTensor<Self>;
+            fn float_sort_with_indices(tensor: FloatTensor<Self>, dim: usize, descending: bool, indices_dtype: IntDType) -> (FloatTensor<Self>, IntTensor<Self>);
+            fn float_argsort(tensor: FloatTensor<Self>, dim: usize, descending: bool, out_dtype: IntDType) -> IntTensor<Self>;
+            fn float_unfold(tensor: FloatTensor<Self>, dim: usize, size: usize, step: usize) -> FloatTensor<Self>;
+            fn float_is_nan(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self>;
+            fn float_is_inf(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self>;
+        }
+    };
+}
+
 impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     /// Compute class; under an FP8 policy both operands are rounded to E4M3 first. On
     /// burn-amp's kernels (Flex) the operands are not cast: they are rounded while packed.
     fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         let op = context::resolve::<B>(&B::float_device(&lhs));
         let target = op.policy.compute_dtype();
-        let _op = cost::op(OpClass::Compute, "matmul", Some(target.into()));
+        let _op = cost::op(OpClass::Compute, "float_matmul", Some(target.into()));
         let routed = autocast::routed::<B>(&op.policy)
             .filter(|_| !autocast::any_f64::<B>(&[Some(&lhs), Some(&rhs)]));
         if routed.is_some() && op.fp8.is_none() {
@@ -283,112 +402,43 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         B::float_scatter_nd(data, indices, values, reduction)
     }
 
-    autocast! { B;
+    float_autocast!(autocast);
 
-        // Float32 class: exp/log/pow, the trigonometry PyTorch lists as f32, reductions.
-        to_f32 fn float_exp(tensor) -> FloatTensor<Self>;
-        to_f32 fn float_log(tensor) -> FloatTensor<Self>;
-        to_f32 fn float_log1p(tensor) -> FloatTensor<Self>;
-        to_f32 fn float_recip(tensor) -> FloatTensor<Self>;
-        to_f32 fn float_powf(lhs, rhs) -> FloatTensor<Self>;
-        to_f32 fn float_powi(lhs; rhs: IntTensor<Self>) -> FloatTensor<Self>;
-        to_f32 fn float_powi_scalar(lhs; rhs: Scalar) -> FloatTensor<Self>;
-        to_f32 fn float_powf_scalar(tensor; value: Scalar) -> FloatTensor<Self>;
-        to_f32 fn float_tan(tensor) -> FloatTensor<Self>;
-        to_f32 fn float_cosh(tensor) -> FloatTensor<Self>;
-        to_f32 fn float_sinh(tensor) -> FloatTensor<Self>;
-        to_f32 fn float_acos(tensor) -> FloatTensor<Self>;
-        to_f32 fn float_asin(tensor) -> FloatTensor<Self>;
-        to_f32 fn float_sum(tensor) -> FloatTensor<Self>;
-        to_f32 fn float_sum_dim(tensor; dim: usize) -> FloatTensor<Self>;
-        to_f32 fn float_prod(tensor) -> FloatTensor<Self>;
-        to_f32 fn float_prod_dim(tensor; dim: usize) -> FloatTensor<Self>;
-        to_f32 fn float_mean(tensor) -> FloatTensor<Self>;
-        to_f32 fn float_mean_dim(tensor; dim: usize) -> FloatTensor<Self>;
-        to_f32 fn float_cumsum(tensor; dim: usize) -> FloatTensor<Self>;
-        to_f32 fn float_cumprod(tensor; dim: usize) -> FloatTensor<Self>;
+    float_forwarded!(forward);
+}
 
-        // Promote class: several float inputs meet in the widest dtype.
-        to_widest fn float_remainder(lhs, rhs) -> FloatTensor<Self>;
-        to_widest fn float_atan2(lhs, rhs) -> FloatTensor<Self>;
-        to_widest fn float_cross(lhs, rhs; dim: usize) -> FloatTensor<Self>;
-        to_widest fn float_grid_sample_2d(tensor, grid; options: GridSampleOptions) -> FloatTensor<Self>;
-        to_widest fn float_equal(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
-        to_widest fn float_not_equal(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
-        to_widest fn float_greater(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
-        to_widest fn float_greater_equal(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
-        to_widest fn float_lower(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
-        to_widest fn float_lower_equal(lhs, rhs; out_dtype: BoolDType) -> BoolTensor<Self>;
-    }
-
-    forward! { B;
-        fn float_into_data(tensor: FloatTensor<Self>) -> impl Future<Output = Result<TensorData, ExecutionError>> + Send;
-        fn float_device(tensor: &FloatTensor<Self>) -> Device<Self>;
-        fn float_to_device(tensor: FloatTensor<Self>, device: &Device<Self>) -> FloatTensor<Self>;
-        fn float_into_int(tensor: FloatTensor<Self>, out_dtype: IntDType) -> IntTensor<Self>;
-        fn float_repeat_dim(tensor: FloatTensor<Self>, dim: usize, times: usize) -> FloatTensor<Self>;
-        fn float_clamp_min(tensor: FloatTensor<Self>, min: Scalar) -> FloatTensor<Self>;
-        fn float_clamp_max(tensor: FloatTensor<Self>, max: Scalar) -> FloatTensor<Self>;
-        fn float_clamp(tensor: FloatTensor<Self>, min: Scalar, max: Scalar) -> FloatTensor<Self>;
-        fn float_remainder_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
-        fn float_neg(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_transpose(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_permute(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self>;
-        fn float_flip(tensor: FloatTensor<Self>, axes: &[usize]) -> FloatTensor<Self>;
-        fn float_gather(dim: usize, tensor: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self>;
-        fn float_gather_nd(_data: FloatTensor<Self>, _indices: IntTensor<Self>) -> FloatTensor<Self>;
-        fn float_select(tensor: FloatTensor<Self>, dim: usize, indices: IntTensor<Self>) -> FloatTensor<Self>;
-        fn float_slice(tensor: FloatTensor<Self>, slices: &[Slice]) -> FloatTensor<Self>;
-        fn float_mask_fill(tensor: FloatTensor<Self>, mask: BoolTensor<Self>, value: Scalar) -> FloatTensor<Self>;
-        fn float_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
-        fn float_not_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
-        fn float_greater_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
-        fn float_greater_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
-        fn float_lower_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
-        fn float_lower_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
-        fn float_detach(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_is_require_grad(_tensor: &FloatTensor<Self>) -> bool;
-        fn float_cummin(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
-        fn float_cummax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
-        fn float_powi_scalar_impl(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self>;
-        fn float_powf_scalar_impl(tensor: FloatTensor<Self>, value: Scalar) -> FloatTensor<Self>;
-        fn float_sqrt(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_cos(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_sin(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_tanh(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_acosh(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_asinh(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_atan(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_atanh(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_round(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_floor(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_ceil(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_trunc(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_erf(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_argmax(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self>;
-        fn float_argtopk(tensor: FloatTensor<Self>, dim: usize, k: usize, out_dtype: IntDType) -> IntTensor<Self>;
-        fn float_topk(tensor: FloatTensor<Self>, dim: usize, k: usize) -> FloatTensor<Self>;
-        fn float_argmin(tensor: FloatTensor<Self>, dim: usize, out_dtype: IntDType) -> IntTensor<Self>;
-        fn float_max(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_max_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
-        fn float_max_dim_with_indices(tensor: FloatTensor<Self>, dim: usize, indices_dtype: IntDType) -> (FloatTensor<Self>, IntTensor<Self>);
-        fn float_min(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_min_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
-        fn float_min_dim_with_indices(tensor: FloatTensor<Self>, dim: usize, indices_dtype: IntDType) -> (FloatTensor<Self>, IntTensor<Self>);
-        fn float_max_abs(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_max_abs_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self>;
-        fn float_any(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self>;
-        fn float_any_dim(tensor: FloatTensor<Self>, dim: usize, out_dtype: BoolDType) -> BoolTensor<Self>;
-        fn float_all(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self>;
-        fn float_all_dim(tensor: FloatTensor<Self>, dim: usize, out_dtype: BoolDType) -> BoolTensor<Self>;
-        fn float_sign(tensor: FloatTensor<Self>) -> FloatTensor<Self>;
-        fn float_expand(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self>;
-        fn float_sort(tensor: FloatTensor<Self>, dim: usize, descending: bool) -> FloatTensor<Self>;
-        fn float_sort_with_indices(tensor: FloatTensor<Self>, dim: usize, descending: bool, indices_dtype: IntDType) -> (FloatTensor<Self>, IntTensor<Self>);
-        fn float_argsort(tensor: FloatTensor<Self>, dim: usize, descending: bool, out_dtype: IntDType) -> IntTensor<Self>;
-        fn float_unfold(tensor: FloatTensor<Self>, dim: usize, size: usize, step: usize) -> FloatTensor<Self>;
-        fn float_is_nan(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self>;
-        fn float_is_inf(tensor: FloatTensor<Self>, out_dtype: BoolDType) -> BoolTensor<Self>;
-    }
+/// The class table's rows of `FloatTensorOps`: the ops written out above, then the tables.
+pub(super) fn classes() -> Vec<(&'static str, Counted)> {
+    use Counted::Op;
+    use OpClass::*;
+    let mut rows = vec![
+        ("float_matmul", Op(Compute)),
+        ("float_cast", Op(Forwarded)),
+        ("float_set_require_grad", Op(Forwarded)),
+        ("float_from_data", Op(Create)),
+        ("float_add", Op(Promote)),
+        ("float_sub", Op(Promote)),
+        ("float_mul", Op(Promote)),
+        ("float_div", Op(Promote)),
+        ("float_add_scalar", Op(Forwarded)),
+        ("float_sub_scalar", Op(Forwarded)),
+        ("float_mul_scalar", Op(Forwarded)),
+        ("float_div_scalar", Op(Forwarded)),
+        ("float_random", Op(Create)),
+        ("float_reshape", Op(Forwarded)),
+        ("float_swap_dims", Op(Forwarded)),
+        ("float_zeros", Op(Create)),
+        ("float_ones", Op(Create)),
+        ("float_full", Op(Create)),
+        ("float_empty", Op(Create)),
+        ("float_cat", Op(Promote)),
+        ("float_mask_where", Op(Promote)),
+        ("float_slice_assign", Op(Assign)),
+        ("float_scatter_add", Op(Assign)),
+        ("float_select_add", Op(Assign)),
+        ("float_scatter_nd", Op(Assign)),
+    ];
+    rows.extend(float_autocast!(autocast_classes));
+    rows.extend(float_forwarded!(forward_classes));
+    rows
 }
