@@ -12,13 +12,12 @@
 
 use burn::module::{AutodiffModule, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
-use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use burn_amp_kernels::fp8::reference::{decode_scaled, encode_scaled};
 use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format};
 use burn_amp_kernels::half16::{Half16, reference as half16};
 use burn_tensor::TensorPrimitive;
-use burn_tensor::ops::FloatTensor;
 
 use crate::MixedPrecision;
 use crate::cost;
@@ -33,76 +32,119 @@ type Raw<B> = <B as AutodiffBackend>::InnerBackend;
 /// The SHP bias the APS exponent is counted from: f16's, so a scale of 1 is bias 15.
 const SHP_BASE_BIAS: i32 = 15;
 
+/// Where `how`'s rounding runs on backend `R`: `grads=aps` on the device where `R` has FP8
+/// operations, every other case on the host. The one place that decides it, for a step on
+/// one machine ([`compress`]) and across data-parallel replicas (`super::replicas`).
+pub(super) struct Rounding<R: Backend> {
+    how: GradientCompression,
+    device: Option<ApsFn<R>>,
+}
+
+impl<R: Backend> Rounding<R> {
+    pub fn new(how: GradientCompression) -> Self {
+        let device = match how {
+            GradientCompression::Aps => registry::lookup::<R>().and_then(|ops| ops.aps),
+            _ => None,
+        };
+        Self { how, device }
+    }
+
+    /// Whether the rounding reads each layer back to the host (and so wants the layer's
+    /// amax there too).
+    pub fn on_host(&self) -> bool {
+        self.device.is_none()
+    }
+
+    /// Rounds one layer: `grads` holds each worker's gradient of it, flattened; `amax` is
+    /// the layer's amax over `workers` workers where it was reduced elsewhere (on the
+    /// device, and its value on the host when [`on_host`](Self::on_host)), or `None` to take
+    /// the finite maximum of `grads` themselves. Non-finite values stay non-finite.
+    pub fn layer(
+        &self,
+        grads: Vec<Tensor<R, 1>>,
+        amax: Option<(Tensor<R, 1>, f32)>,
+        workers: usize,
+    ) -> Result<Vec<Tensor<R, 1>>, String> {
+        if let Some(aps) = self.device {
+            let tensors = grads
+                .into_iter()
+                .map(|g| g.into_primitive().tensor())
+                .collect();
+            let amax = amax.map(|(a, _)| (a.into_primitive().tensor(), workers));
+            return Ok(aps(tensors, amax)
+                .into_iter()
+                .map(|t| Tensor::from_primitive(TensorPrimitive::Float(t)))
+                .collect());
+        }
+        let hosts = grads
+            .iter()
+            .map(|g| {
+                cost::read(|| g.to_data())
+                    .convert::<f32>()
+                    .to_vec::<f32>()
+                    .map_err(|e| format!("a gradient read back as f32: {e:?}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let amax =
+            match amax {
+                Some((_, host)) => host,
+                None => hosts.iter().flatten().fold(0.0f32, |m, x| {
+                    if x.is_finite() { m.max(x.abs()) } else { m }
+                }),
+            };
+        Ok(grads
+            .iter()
+            .zip(hosts)
+            .map(|(grad, values)| {
+                let n = values.len();
+                let rounded = round(&values, amax, workers, self.how);
+                let data = TensorData::new(rounded, [n]).convert_dtype(grad.dtype());
+                Tensor::from_data(data, &grad.device())
+            })
+            .collect())
+    }
+}
+
 struct Compress<'a, B: AutodiffBackend> {
     workers: &'a mut [GradientsParams],
-    how: GradientCompression,
-    /// `grads=aps` on the device, where the raw backend has FP8 operations.
-    aps: Option<ApsFn<Raw<B>>>,
+    rounding: Rounding<Raw<B>>,
 }
 
 impl<B: AutodiffBackend> ModuleVisitor<MixedPrecision<B>> for Compress<'_, B> {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<MixedPrecision<B>, D>>) {
-        let grads: Vec<Option<Tensor<MixedInner<B>, D>>> = self
-            .workers
-            .iter_mut()
-            .map(|g| g.remove::<MixedInner<B>, D>(param.id))
-            .collect();
-        let present = grads.iter().flatten().count();
-        if present == 0 {
-            return;
-        }
-        if let (GradientCompression::Aps, Some(aps)) = (self.how, self.aps) {
-            let (slots, tensors): (Vec<usize>, Vec<FloatTensor<Raw<B>>>) = grads
-                .into_iter()
-                .enumerate()
-                .filter_map(|(i, g)| Some((i, g?.into_primitive().tensor())))
-                .unzip();
-            for (i, rounded) in slots.into_iter().zip(aps(tensors, None)) {
-                let tensor =
-                    Tensor::<MixedInner<B>, D>::from_primitive(TensorPrimitive::Float(rounded));
-                self.workers[i].register(param.id, tensor);
+        let mut slots = Vec::new();
+        let mut flat = Vec::new();
+        for (i, worker) in self.workers.iter_mut().enumerate() {
+            if let Some(grad) = worker.remove::<MixedInner<B>, D>(param.id) {
+                let shape = grad.shape();
+                let raw = Tensor::<Raw<B>, D>::from_primitive(TensorPrimitive::Float(
+                    grad.into_primitive().tensor(),
+                ));
+                flat.push(raw.reshape([shape.num_elements()]));
+                slots.push((i, shape));
             }
+        }
+        if flat.is_empty() {
             return;
         }
-        let hosts: Vec<Option<Vec<f32>>> = grads
-            .iter()
-            .map(|g| {
-                g.as_ref().map(|g| {
-                    cost::read(|| g.to_data().convert::<f32>().to_vec::<f32>().expect("f32"))
-                })
-            })
-            .collect();
-        // The one scalar per layer that crosses workers: the maximum of their amaxes.
-        let amax = hosts
-            .iter()
-            .flatten()
-            .flat_map(|v| v.iter())
-            .fold(
-                0.0f32,
-                |m, x| if x.is_finite() { m.max(x.abs()) } else { m },
-            );
-        for ((slot, grad), host) in self.workers.iter_mut().zip(grads).zip(hosts) {
-            let (Some(grad), Some(values)) = (grad, host) else {
-                continue;
-            };
-            let rounded = round(&values, amax, present, self.how);
-            let data = TensorData::new(rounded, grad.shape()).convert_dtype(grad.dtype());
-            slot.register(
-                param.id,
-                Tensor::<MixedInner<B>, D>::from_data(data, &grad.device()),
-            );
+        let present = flat.len();
+        let rounded = self
+            .rounding
+            .layer(flat, None, present)
+            .expect("a float gradient reads back as f32");
+        for ((i, shape), grad) in slots.into_iter().zip(rounded) {
+            let dims: [usize; D] = shape.dims();
+            let grad = Tensor::<MixedInner<B>, D>::from_primitive(TensorPrimitive::Float(
+                grad.reshape(dims).into_primitive().tensor(),
+            ));
+            self.workers[i].register(param.id, grad);
         }
     }
 }
 
 /// `values` rounded as `how` says, with the APS scale of a layer whose amax over `workers`
 /// workers is `amax`. Non-finite values stay non-finite.
-pub(super) fn round(
-    values: &[f32],
-    amax: f32,
-    workers: usize,
-    how: GradientCompression,
-) -> Vec<f32> {
+fn round(values: &[f32], amax: f32, workers: usize, how: GradientCompression) -> Vec<f32> {
     match how {
         GradientCompression::None => values.to_vec(),
         GradientCompression::Aps => {
@@ -148,14 +190,59 @@ pub(crate) fn compress<B: AutodiffBackend, M: AutodiffModule<MixedPrecision<B>>>
     how: GradientCompression,
 ) {
     if how != GradientCompression::None && !workers.is_empty() {
-        let aps = registry::lookup::<Raw<B>>().and_then(|ops| ops.aps);
-        module.visit(&mut Compress { workers, how, aps });
+        let rounding = Rounding::new(how);
+        module.visit(&mut Compress { workers, rounding });
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aps_on_the_device_and_on_the_host_round_alike() {
+        use burn::backend::Flex;
+        let device = Default::default();
+        let worker = |seed: u32| {
+            let values: Vec<f32> = (0..515u32)
+                .map(|i| {
+                    let x = (i.wrapping_mul(2654435761) ^ seed) as f32 / u32::MAX as f32 - 0.5;
+                    x * 2f32.powi((i % 29) as i32 - 20)
+                })
+                .chain([f32::INFINITY, f32::NAN, 0.0, -0.0])
+                .collect();
+            Tensor::<Flex, 1>::from_floats(values.as_slice(), &device)
+        };
+        let grads = vec![worker(1), worker(7)];
+        let on_device = Rounding::<Flex>::new(GradientCompression::Aps);
+        assert!(!on_device.on_host(), "Flex has FP8 operations");
+        let on_host = Rounding::<Flex> {
+            how: GradientCompression::Aps,
+            device: None,
+        };
+        let bits = |ts: Vec<Tensor<Flex, 1>>| -> Vec<Vec<u32>> {
+            ts.into_iter()
+                .map(|t| {
+                    let v = t.into_data().to_vec::<f32>().unwrap();
+                    v.into_iter()
+                        .map(|x| if x.is_nan() { 0x7fc0_0000 } else { x.to_bits() })
+                        .collect()
+                })
+                .collect()
+        };
+        let a = bits(on_device.layer(grads.clone(), None, 2).unwrap());
+        let b = bits(on_host.layer(grads.clone(), None, 2).unwrap());
+        assert_eq!(a, b);
+        // With the amax given (a data-parallel run): the same on both sides too.
+        let amax = Tensor::<Flex, 1>::from_floats([0.25], &device);
+        let a = bits(
+            on_device
+                .layer(grads.clone(), Some((amax.clone(), 0.25)), 4)
+                .unwrap(),
+        );
+        let b = bits(on_host.layer(grads, Some((amax, 0.25)), 4).unwrap());
+        assert_eq!(a, b);
+    }
 
     #[test]
     fn aps_keeps_every_worker_sum_finite_and_uses_the_range() {

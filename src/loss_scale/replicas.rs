@@ -11,15 +11,15 @@ use std::sync::Arc;
 use burn::module::{AutodiffModule, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{DType, FloatDType, Shape, Tensor, TensorData};
+use burn::tensor::{DType, FloatDType, Shape, Tensor};
 use burn_tensor::TensorPrimitive;
 
-use super::compress::round;
+use super::compress::Rounding;
 use crate::MixedPrecision;
 use crate::collective::{Collective, CollectiveError, all_reduce_sum_all};
 use crate::cost;
 use crate::fp8::GradientCompression;
-use crate::fp8::training::{finite_or_zero, registry};
+use crate::fp8::training::finite_or_zero;
 
 /// The backend under the autodiff one that `MixedPrecision<B>` wraps (gradients live there).
 type MixedInner<B> = <MixedPrecision<B> as AutodiffBackend>::InnerBackend;
@@ -155,7 +155,8 @@ pub(crate) fn reduce<B: AutodiffBackend, M: AutodiffModule<MixedPrecision<B>>>(
 }
 
 /// APS of every layer: the layers' finite amaxes reduced with MAX in one call, then each
-/// layer rounded with the scale of the replicas' amax and their count.
+/// layer rounded with the scale of the replicas' amax and their count (where, as
+/// [`Rounding`] decides).
 fn compress<R: Backend>(
     flat: &mut [Flat<R>],
     how: GradientCompression,
@@ -167,11 +168,8 @@ fn compress<R: Backend>(
         .collect();
     let amax = collective.all_reduce_max(Tensor::cat(amaxes, 0))?;
     let world = collective.world_size();
-    let device_aps = match how {
-        GradientCompression::Aps => registry::lookup::<R>().and_then(|ops| ops.aps),
-        _ => None,
-    };
-    let host_amax = if device_aps.is_none() {
+    let rounding = Rounding::<R>::new(how);
+    let host_amax = if rounding.on_host() {
         cost::read(|| amax.clone().into_data().convert::<f32>().to_vec::<f32>())
             .map_err(|e| CollectiveError::Mismatch(format!("amax vector: {e:?}")))?
     } else {
@@ -181,25 +179,12 @@ fn compress<R: Backend>(
         if f.values.dims()[0] == 0 {
             continue;
         }
-        f.values = match device_aps {
-            Some(aps) => {
-                let layer = amax.clone().slice(i..i + 1).into_primitive().tensor();
-                let grad = f.values.clone().into_primitive().tensor();
-                let mut out = aps(vec![grad], Some((layer, world)));
-                Tensor::from_primitive(TensorPrimitive::Float(out.remove(0)))
-            }
-            None => {
-                let device = f.values.device();
-                let values = cost::read(|| f.values.clone().into_data())
-                    .convert::<f32>()
-                    .to_vec::<f32>()
-                    .map_err(|e| CollectiveError::Mismatch(format!("gradient: {e:?}")))?;
-                let rounded = round(&values, host_amax[i], world, how);
-                let n = rounded.len();
-                Tensor::<R, 1>::from_data(TensorData::new(rounded, [n]), &device)
-                    .cast(f.values.dtype())
-            }
-        };
+        let layer = amax.clone().slice(i..i + 1);
+        let host = host_amax.get(i).copied().unwrap_or(0.0);
+        let mut rounded = rounding
+            .layer(vec![f.values.clone()], Some((layer, host)), world)
+            .map_err(CollectiveError::Mismatch)?;
+        f.values = rounded.remove(0);
     }
     Ok(())
 }
