@@ -4,6 +4,21 @@
 
 use core::arch::x86_64::*;
 
+/// Fetches the `rows x cols` f32 tile of C at `c` (row stride `ldc`) into the cache: a
+/// kernel that accumulates reads it after its k loop, and the adds then need not wait on
+/// memory.
+#[inline(always)]
+fn prefetch_tile(c: *mut f32, ldc: usize, rows: usize, cols: usize) {
+    for i in 0..rows {
+        let row = c.wrapping_add(i * ldc);
+        // SAFETY: a prefetch never faults, whatever the address.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(row.cast());
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(cols - 1).cast());
+        }
+    }
+}
+
 const MR2: usize = 6;
 const NR2: usize = 16;
 
@@ -20,15 +35,8 @@ pub(super) unsafe fn avx2_6x16(
     ldc: usize,
     accumulate: bool,
 ) {
-    // The tile of C is read after the loop: fetch it now, so the adds do not wait on memory.
     if accumulate {
-        for i in 0..MR2 {
-            // SAFETY: prefetches of the tile's rows (a prefetch never faults).
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc).cast());
-                _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc + NR2 - 1).cast());
-            }
-        }
+        prefetch_tile(c, ldc, MR2, NR2);
     }
     let mut acc = [[_mm256_setzero_ps(); 2]; MR2];
     let (mut a, mut b) = (a, b);
@@ -80,13 +88,7 @@ pub(super) unsafe fn avx512_8x32(
     accumulate: bool,
 ) {
     if accumulate {
-        for i in 0..MR3 {
-            // SAFETY: prefetches of the tile's rows (a prefetch never faults).
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc).cast());
-                _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc + NR3 - 1).cast());
-            }
-        }
+        prefetch_tile(c, ldc, MR3, NR3);
     }
     let mut acc = [[_mm512_setzero_ps(); 2]; MR3];
     let (mut a, mut b) = (a, b);
@@ -140,13 +142,7 @@ pub(super) unsafe fn avx512_bf16_12x32(
     accumulate: bool,
 ) {
     if accumulate {
-        for i in 0..MR5 {
-            // SAFETY: prefetches of the tile's rows (a prefetch never faults).
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc).cast());
-                _mm_prefetch::<_MM_HINT_T0>(c.add(i * ldc + NR5 - 1).cast());
-            }
-        }
+        prefetch_tile(c, ldc, MR5, NR5);
     }
     let mut acc = [[_mm512_setzero_ps(); 2]; MR5];
     let (mut a, mut b) = (a, b);
