@@ -108,12 +108,18 @@ fn matmuls(c: &mut Criterion) {
         };
         group.bench_function(name, |bch| {
             bch.iter(|| {
+                let a = accum::launch::Fp8Operand {
+                    codes: ca.clone(),
+                    scale_invs: sa.clone(),
+                };
+                let b = accum::launch::Fp8Operand {
+                    codes: cb.clone(),
+                    scale_invs: sb.clone(),
+                };
                 let out = accum::launch::fp8_matmul::<R>(
                     &client,
-                    ca.clone(),
-                    sa.clone(),
-                    cb.clone(),
-                    sb.clone(),
+                    a,
+                    b,
                     (m, k, n),
                     Fp8Format::E4M3,
                     config,

@@ -203,9 +203,9 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
     fn backward(tensor: FloatTensor<Self>) -> Self::Gradients {
         let _phase = cost::backward();
         let device = B::float_device(&tensor);
-        let (policy, scale) = context::backward::<B>(&device);
-        let dtype = context::loss_dtype(policy, autocast::dtype::<B>(&tensor));
-        let loss = autocast::cast::<B>(tensor, dtype, &policy);
+        let (op, scale) = context::backward::<B>(&device);
+        let dtype = context::loss_dtype(op.policy, autocast::dtype::<B>(&tensor));
+        let loss = autocast::cast::<B>(tensor, dtype, &op);
         let (loss, slot) = match scale {
             Some((slot, source)) => {
                 // The scale stays on the device: multiplied in, never read back.
@@ -216,7 +216,7 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
                 // overflow; its gradient goes back through the cast to the loss's dtype.
                 let loss = match autocast::dtype::<B>(&loss) {
                     FloatDType::F16 | FloatDType::BF16 => {
-                        autocast::cast::<B>(loss, FloatDType::F32, &policy)
+                        autocast::cast::<B>(loss, FloatDType::F32, &op)
                     }
                     _ => loss,
                 };

@@ -6,6 +6,7 @@ use burn_amp_kernels::accum::{self, AccumConfig, Accumulator, Fp8MatmulConfig};
 use burn_amp_kernels::fp8::launch::{self, BlockLayout};
 use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format, ScaleRule};
 use cubecl::prelude::*;
+use cubecl::server::Handle;
 
 use crate::Row;
 use crate::stats::{Summary, time_pair};
@@ -144,12 +145,14 @@ pub fn rows<R: Runtime>(device: &R::Device, quick: bool, runs: usize, backend: &
         promote,
     };
     let run = |c: Fp8MatmulConfig| {
+        let operand = |codes: &Handle, scale_invs: &Handle| accum::launch::Fp8Operand {
+            codes: codes.clone(),
+            scale_invs: scale_invs.clone(),
+        };
         let _ = accum::launch::fp8_matmul::<R>(
             &client,
-            ca.clone(),
-            sa.clone(),
-            cb.clone(),
-            sb.clone(),
+            operand(&ca, &sa),
+            operand(&cb, &sb),
             (m, k, nn),
             Fp8Format::E4M3,
             c,

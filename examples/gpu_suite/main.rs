@@ -23,6 +23,7 @@ mod kernels;
 mod matmul;
 #[cfg(feature = "nccl")]
 mod nccl;
+mod profile;
 mod reads;
 // Shared with the bench, which uses more of them.
 #[path = "../bench/models.rs"]
@@ -58,6 +59,8 @@ static ALLOC: alloc::Counting = alloc::Counting;
 struct Options {
     quick: bool,
     checks_only: bool,
+    /// Only the op-by-op profiles (no checks, no speed rows).
+    profile_only: bool,
     out: String,
 }
 
@@ -115,6 +118,7 @@ fn parse() -> Options {
     let mut options = Options {
         quick: false,
         checks_only: false,
+        profile_only: false,
         out: "gpu-suite-report.md".into(),
     };
     let mut args = std::env::args().skip(1);
@@ -122,6 +126,7 @@ fn parse() -> Options {
         match arg.as_str() {
             "--quick" => options.quick = true,
             "--checks-only" => options.checks_only = true,
+            "--profile-only" => options.profile_only = true,
             "--out" => match args.next() {
                 Some(out) => options.out = out,
                 None => usage(),
@@ -133,7 +138,7 @@ fn parse() -> Options {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: gpu_suite [--quick] [--checks-only] [--out FILE]");
+    eprintln!("usage: gpu_suite [--quick] [--checks-only | --profile-only] [--out FILE]");
     std::process::exit(2);
 }
 
@@ -208,7 +213,11 @@ fn main() {
         "float8_from_mixed_bfloat16",
     ];
 
-    if options.quick {
+    // The op-by-op profiles of each GPU backend (after its speed rows).
+    let mut profiles = String::new();
+    let profile_runs = if options.quick { 1 } else { 3 };
+    let checks = !options.profile_only;
+    if options.quick && checks {
         all.push(check::<Flex>("Flex (CPU)", &sizes));
     }
     #[cfg(feature = "cuda")]
@@ -217,23 +226,33 @@ fn main() {
         match burn_amp::probe_backend::<Cuda>(&Default::default()) {
             Ok(()) => {
                 let name = format!("CUDA ({})", <Cuda as Backend>::name(&Default::default()));
-                all.push(check::<Cuda>(&name, &sizes));
-                let mut kernels = Checks::new(&name);
-                cuda_kernels::check(&mut kernels, &name, &mut kernels_md);
-                all.push(kernels);
-                #[cfg(feature = "nccl")]
-                {
-                    let mut collective = Checks::new(&name);
-                    nccl::check(&mut collective);
-                    all.push(collective);
+                if checks {
+                    all.push(check::<Cuda>(&name, &sizes));
+                    let mut kernels = Checks::new(&name);
+                    cuda_kernels::check(&mut kernels, &name, &mut kernels_md);
+                    all.push(kernels);
+                    #[cfg(feature = "nccl")]
+                    {
+                        let mut collective = Checks::new(&name);
+                        nccl::check(&mut collective);
+                        all.push(collective);
+                    }
                 }
                 if !options.checks_only {
-                    speed::<Cuda, cubecl::cuda::CudaRuntime>(
+                    if !options.profile_only {
+                        speed::<Cuda, cubecl::cuda::CudaRuntime>(
+                            &name,
+                            &sizes,
+                            &fp8_policies,
+                            &mut rows,
+                        );
+                    }
+                    profiles.push_str(&profile::section::<Autodiff<Cuda>>(
                         &name,
-                        &sizes,
-                        &fp8_policies,
-                        &mut rows,
-                    );
+                        &[sizes.mlp, sizes.decoder],
+                        &["float32", "mixed_bfloat16"],
+                        profile_runs,
+                    ));
                 }
             }
             Err(why) => unavailable.push(format!("CUDA: {why}")),
@@ -246,16 +265,26 @@ fn main() {
     };
     match burn_amp::probe_backend::<Wgpu>(&Default::default()) {
         Ok(()) => {
-            all.push(check::<Wgpu>(wgpu, &sizes));
+            if checks {
+                all.push(check::<Wgpu>(wgpu, &sizes));
+            }
             if !options.checks_only {
                 // WGSL has no bf16: the f16 policies only.
                 let policies = ["mixed_float16", "float8_from_mixed_float16"];
-                speed::<Wgpu, cubecl::wgpu::WgpuRuntime>(wgpu, &sizes, &policies, &mut rows);
+                if !options.profile_only {
+                    speed::<Wgpu, cubecl::wgpu::WgpuRuntime>(wgpu, &sizes, &policies, &mut rows);
+                }
+                profiles.push_str(&profile::section::<Autodiff<Wgpu>>(
+                    wgpu,
+                    &[sizes.mlp, sizes.decoder],
+                    &["float32", "mixed_float16"],
+                    profile_runs,
+                ));
             }
         }
         Err(why) => unavailable.push(format!("wgpu: {why}")),
     }
-    if options.quick && !options.checks_only {
+    if options.quick && !options.checks_only && !options.profile_only {
         speed_on_flex(&sizes, &fp8_policies, &mut rows);
     }
 
@@ -287,6 +316,7 @@ fn main() {
         let _ = writeln!(md, "\n## Speed\n");
         md.push_str(&report::table(&rows, sizes.runs, options.quick, &machine));
     }
+    md.push_str(&profiles);
     if let Err(e) = std::fs::write(&options.out, &md) {
         eprintln!("gpu_suite: writing {}: {e}", options.out);
         std::process::exit(2);
@@ -299,7 +329,7 @@ fn main() {
     }
     eprintln!("gpu_suite: report written to {}", options.out);
     println!("gpu_suite: {passed} passed, {failed} failed");
-    if failed > 0 || !unavailable.is_empty() || all.is_empty() {
+    if failed > 0 || !unavailable.is_empty() || (all.is_empty() && checks) {
         std::process::exit(1);
     }
 }

@@ -261,12 +261,20 @@ fn fp8_block_scaled_matmul_matches_the_reference_and_tracks_f64() {
             },
         ),
     ] {
+        let (a, b) = (
+            launch::Fp8Operand {
+                codes: ca.clone(),
+                scale_invs: sa.clone(),
+            },
+            launch::Fp8Operand {
+                codes: cb.clone(),
+                scale_invs: sb.clone(),
+            },
+        );
         let out = launch::fp8_matmul::<R>(
             &client,
-            ca.clone(),
-            sa.clone(),
-            cb.clone(),
-            sb.clone(),
+            a,
+            b,
             (m as u32, k as u32, n as u32),
             format,
             config,

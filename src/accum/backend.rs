@@ -48,7 +48,6 @@ pub trait AccumBackend: Backend {
     }
 
     /// The block-scaled FP8 matrix product of packed codes; `[m * n]` f32.
-    #[allow(clippy::too_many_arguments)]
     fn fp8_block_matmul(
         a_codes: IntTensor<Self>,
         a_scale_invs: FloatTensor<Self>,

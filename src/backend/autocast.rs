@@ -1,7 +1,8 @@
 //! The casting rules, in one place. Every intercepted op of
-//! [`MixedPrecision`](crate::MixedPrecision) asks `crate::context` for its policy once and
-//! hands it, as a value, to one of these rules on its float inputs, then calls the inner
-//! backend: no rule or cast looks the policy up again.
+//! [`MixedPrecision`](crate::MixedPrecision) asks `crate::context` once for what it runs
+//! under (an `OpContext`: its policy, FP8 site and the backend's kernels) and hands that
+//! value to one of these rules on its float inputs, then calls the inner backend: no rule
+//! or cast looks the policy up again.
 //!
 //! - [`to_compute`]: matmul, linear, convolutions, attention — inputs go to the policy's
 //!   compute dtype.
@@ -17,11 +18,12 @@
 //! dtype is not cast, so under `float32` f32 tensors run exactly as on the bare backend.
 //!
 //! Where the inner backend has burn-amp kernels ([`crate::cpu`]: Flex) and the policy's
-//! [`Kernels`] is `auto`, casts run on them, and [`routed`] hands compute-class matmuls,
-//! linears and convolutions their operands uncast: the kernels round them while packing.
-//! Under a 16-bit compute dtype the same kernels take the ops around the products
-//! ([`routed_ops`]): softmax and layer norm read their input in its dtype and write f32 as
-//! their rule says, activations and the arithmetic of 16-bit tensors keep their dtype.
+//! kernels are `auto`, casts run on them, and `OpContext::routed` hands compute-class
+//! matmuls, linears and convolutions their operands uncast: the kernels round them while
+//! packing. Under a 16-bit compute dtype the same kernels take the ops around the products
+//! (`OpContext::routed_ops`): softmax and layer norm read their input in its dtype and
+//! write f32 as their rule says, activations and the arithmetic of 16-bit tensors keep their
+//! dtype.
 
 use burn_amp_kernels::cpu::cast::Format;
 use burn_amp_kernels::cpu::nn::BinaryOp;
@@ -29,10 +31,9 @@ use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
 use burn_tensor::{DType, FloatDType, Scalar, TensorMetadata};
 
-use crate::context;
+use crate::context::{self, OpContext};
 use crate::cost;
-use crate::cpu::{self, ConvArgs, Routed, RoutedOps};
-use crate::policy::{Kernels, Policy};
+use crate::cpu::{ConvArgs, Routed, RoutedOps};
 
 /// The float dtype of a tensor primitive.
 pub(crate) fn dtype<B: Backend>(tensor: &FloatTensor<B>) -> FloatDType {
@@ -52,59 +53,33 @@ pub(crate) mod class {
 }
 
 /// Casts `tensor` to `dtype`, or hands it back untouched when it is already there: a cast
-/// the decorator inserts (counted as one in the cost report), under `policy` (the op's).
+/// the decorator inserts (counted as one in the cost report), on the op's kernels.
 pub(crate) fn cast<B: Backend>(
     tensor: FloatTensor<B>,
     dtype: FloatDType,
-    policy: &Policy,
+    op: &OpContext<B>,
 ) -> FloatTensor<B> {
     let from = tensor.dtype();
     if FloatDType::from(from) != dtype {
         cost::cast(from, DType::from(dtype), tensor.shape().num_elements());
     }
-    convert::<B>(tensor, dtype, policy.kernels())
+    convert::<B>(tensor, dtype, op.kernels())
 }
 
-/// Casts `tensor` to `dtype` (a cast anyone asks for), on burn-amp's kernels where `B` has
-/// them and `kernels` (the policy's) lets them run.
+/// Casts `tensor` to `dtype` (a cast anyone asks for), on burn-amp's `kernels` where the
+/// op's context has them.
 pub(crate) fn convert<B: Backend>(
     tensor: FloatTensor<B>,
     dtype: FloatDType,
-    kernels: Kernels,
+    kernels: Option<RoutedOps<B>>,
 ) -> FloatTensor<B> {
     if self::dtype::<B>(&tensor) == dtype {
         return tensor;
     }
-    match cpu::routed::<B>() {
-        Some(ops) if kernels == Kernels::Auto => (ops.cast)(tensor, dtype),
-        _ => B::float_cast(tensor, dtype),
+    match kernels {
+        Some(ops) => (ops.cast)(tensor, dtype),
+        None => B::float_cast(tensor, dtype),
     }
-}
-
-/// The policy in force for the device `tensor` lives on, checked against `B`: what an op
-/// asks once and hands to its casting rule.
-pub(crate) fn policy_of<B: Backend>(tensor: &FloatTensor<B>) -> Policy {
-    context::policy::<B>(&B::float_device(tensor))
-}
-
-/// The kernels a compute-class op hands its operands to uncast, with the format they round
-/// them to: `B`'s routed ops when it has them, the policy computes in f16 or bf16 and its
-/// kernels are `auto`.
-pub(crate) fn routed<B: Backend>(policy: &Policy) -> Option<(RoutedOps<B>, Format)> {
-    if policy.kernels() != Kernels::Auto {
-        return None;
-    }
-    let format = match policy.compute_dtype() {
-        FloatDType::BF16 => Format::Bf16,
-        FloatDType::F16 => Format::F16,
-        _ => return None,
-    };
-    cpu::routed::<B>().map(|ops| (ops, format))
-}
-
-/// The routed ops of a mixed policy (as [`routed`]), for the ops around the products.
-pub(crate) fn routed_ops<B: Backend>(policy: &Policy) -> Option<RoutedOps<B>> {
-    routed::<B>(policy).map(|(ops, _)| ops)
 }
 
 /// A promote-class arithmetic op (`float_add`, ...): the operands meet in the widest dtype;
@@ -117,12 +92,12 @@ pub(crate) fn arithmetic<B: Backend>(
     rhs: FloatTensor<B>,
     inner: fn(FloatTensor<B>, FloatTensor<B>) -> FloatTensor<B>,
 ) -> FloatTensor<B> {
-    let policy = policy_of::<B>(&lhs);
-    let [lhs, rhs] = to_widest::<B, 2>([lhs, rhs], &policy);
+    let context = context::of::<B>(&lhs);
+    let [lhs, rhs] = to_widest::<B, 2>([lhs, rhs], &context);
     let runs_in = lhs.dtype();
     let _op = cost::op(class::to_widest, name, Some(runs_in));
     if is_reduced(runs_in.into())
-        && let Some(ops) = routed_ops::<B>(&policy)
+        && let Some(ops) = context.routed_ops()
     {
         return match (ops.binary)(op, lhs, rhs) {
             Routed::Ran(out) => out,
@@ -144,7 +119,7 @@ pub(crate) fn arithmetic_scalar<B: Backend>(
 ) -> FloatTensor<B> {
     let _op = cost::forwarded(name);
     if is_reduced(dtype::<B>(&x))
-        && let Some(ops) = routed_ops::<B>(&policy_of::<B>(&x))
+        && let Some(ops) = context::of::<B>(&x).routed_ops()
     {
         return match (ops.scalar)(op, x, s.elem::<f32>()) {
             Routed::Ran(out) => out,
@@ -168,9 +143,9 @@ pub(crate) fn matmul<B: Backend>(
     routed: Option<(RoutedOps<B>, Format)>,
     lhs: FloatTensor<B>,
     rhs: FloatTensor<B>,
-    policy: &Policy,
+    op: &OpContext<B>,
 ) -> FloatTensor<B> {
-    let target = policy.compute_dtype();
+    let target = op.policy.compute_dtype();
     let [lhs, rhs] = match routed {
         Some((ops, format)) => {
             let shapes = [&lhs, &rhs].map(|t| (t.dtype(), t.shape().num_elements()));
@@ -186,7 +161,7 @@ pub(crate) fn matmul<B: Backend>(
         }
         None => [lhs, rhs],
     };
-    let [lhs, rhs] = [lhs, rhs].map(|t| to_target::<B>(t, target, policy));
+    let [lhs, rhs] = [lhs, rhs].map(|t| to_target::<B>(t, target, op));
     B::float_matmul(lhs, rhs)
 }
 
@@ -196,9 +171,9 @@ pub(crate) fn linear<B: Backend>(
     x: FloatTensor<B>,
     weight: FloatTensor<B>,
     bias: Option<FloatTensor<B>>,
-    policy: &Policy,
+    op: &OpContext<B>,
 ) -> FloatTensor<B> {
-    let target = policy.compute_dtype();
+    let target = op.policy.compute_dtype();
     let (x, weight, bias) = match routed {
         Some((ops, format)) => {
             let shapes: Vec<_> = [Some(&x), Some(&weight), bias.as_ref()]
@@ -218,8 +193,8 @@ pub(crate) fn linear<B: Backend>(
         }
         None => (x, weight, bias),
     };
-    let [x, weight] = [x, weight].map(|t| to_target::<B>(t, target, policy));
-    let bias = bias.map(|b| to_target::<B>(b, target, policy));
+    let [x, weight] = [x, weight].map(|t| to_target::<B>(t, target, op));
+    let bias = bias.map(|b| to_target::<B>(b, target, op));
     B::linear(x, weight, bias)
 }
 
@@ -229,9 +204,9 @@ pub(crate) fn conv<B: Backend>(
     ops: RoutedOps<B>,
     format: Format,
     args: ConvArgs<B>,
-    policy: &Policy,
+    op: &OpContext<B>,
 ) -> Result<FloatTensor<B>, ConvArgs<B>> {
-    let target = DType::from(policy.compute_dtype());
+    let target = DType::from(op.policy.compute_dtype());
     let shapes: Vec<_> = [Some(&args.0), Some(&args.1), args.2.as_ref()]
         .into_iter()
         .flatten()
@@ -256,32 +231,32 @@ fn is_reduced(dtype: FloatDType) -> bool {
 pub(crate) fn to_target<B: Backend>(
     tensor: FloatTensor<B>,
     target: FloatDType,
-    policy: &Policy,
+    op: &OpContext<B>,
 ) -> FloatTensor<B> {
     if dtype::<B>(&tensor) == FloatDType::F64 {
         tensor
     } else {
-        cast::<B>(tensor, target, policy)
+        cast::<B>(tensor, target, op)
     }
 }
 
 /// Compute class: all inputs to the policy's compute dtype.
 pub(crate) fn to_compute<B: Backend, const N: usize>(
     tensors: [FloatTensor<B>; N],
-    policy: &Policy,
+    op: &OpContext<B>,
 ) -> [FloatTensor<B>; N] {
-    let target = policy.compute_dtype();
-    tensors.map(|t| to_target::<B>(t, target, policy))
+    let target = op.policy.compute_dtype();
+    tensors.map(|t| to_target::<B>(t, target, op))
 }
 
 /// Float32 class: f16 and bf16 inputs to f32.
 pub(crate) fn to_f32<B: Backend, const N: usize>(
     tensors: [FloatTensor<B>; N],
-    policy: &Policy,
+    op: &OpContext<B>,
 ) -> [FloatTensor<B>; N] {
     tensors.map(|t| {
         if is_reduced(dtype::<B>(&t)) {
-            cast::<B>(t, FloatDType::F32, policy)
+            cast::<B>(t, FloatDType::F32, op)
         } else {
             t
         }
@@ -312,10 +287,10 @@ pub(crate) fn widest(dtypes: impl IntoIterator<Item = FloatDType>) -> Option<Flo
 /// Promote class: inputs of different dtypes meet in the widest one.
 pub(crate) fn to_widest<B: Backend, const N: usize>(
     tensors: [FloatTensor<B>; N],
-    policy: &Policy,
+    op: &OpContext<B>,
 ) -> [FloatTensor<B>; N] {
     match widest(tensors.iter().map(dtype::<B>)) {
-        Some(target) => tensors.map(|t| cast::<B>(t, target, policy)),
+        Some(target) => tensors.map(|t| cast::<B>(t, target, op)),
         None => tensors,
     }
 }
@@ -323,12 +298,12 @@ pub(crate) fn to_widest<B: Backend, const N: usize>(
 /// Several inputs of a list (concatenation) meet in the widest dtype.
 pub(crate) fn vec_to_widest<B: Backend>(
     tensors: Vec<FloatTensor<B>>,
-    policy: &Policy,
+    op: &OpContext<B>,
 ) -> Vec<FloatTensor<B>> {
     match widest(tensors.iter().map(dtype::<B>)) {
         Some(target) => tensors
             .into_iter()
-            .map(|t| cast::<B>(t, target, policy))
+            .map(|t| cast::<B>(t, target, op))
             .collect(),
         None => tensors,
     }
@@ -337,10 +312,10 @@ pub(crate) fn vec_to_widest<B: Backend>(
 /// Assignment class: the written value takes the dtype of the tensor written into.
 pub(crate) fn to_dtype_of_first<B: Backend, const N: usize>(
     tensors: [FloatTensor<B>; N],
-    policy: &Policy,
+    op: &OpContext<B>,
 ) -> [FloatTensor<B>; N] {
     let target = dtype::<B>(&tensors[0]);
-    tensors.map(|t| cast::<B>(t, target, policy))
+    tensors.map(|t| cast::<B>(t, target, op))
 }
 
 #[cfg(test)]

@@ -62,8 +62,8 @@ macro_rules! autocast {
         $(
             #[inline]
             fn $name( $($cast : FloatTensor<Self>,)+ $($($arg : $ty),*)? ) -> $ret {
-                let policy = $crate::backend::autocast::policy_of::<$inner>([$(&$cast),+][0]);
-                let [$($cast),+] = $crate::backend::autocast::$rule::<$inner, _>([$($cast),+], &policy);
+                let op = $crate::context::of::<$inner>([$(&$cast),+][0]);
+                let [$($cast),+] = $crate::backend::autocast::$rule::<$inner, _>([$($cast),+], &op);
                 let runs_in = burn_tensor::TensorMetadata::dtype([$(&$cast),+][0]);
                 let _op = $crate::cost::op($crate::backend::autocast::class::$rule, stringify!($name), Some(runs_in));
                 $inner::$name( $($cast,)+ $($($arg),*)? )

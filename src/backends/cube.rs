@@ -185,12 +185,15 @@ where
     ) -> CubeTensor<R> {
         let [ac, asi, bc, bsi] =
             [a_codes, a_scale_invs, b_codes, b_scale_invs].map(into_contiguous);
+        let operand =
+            |codes: &CubeTensor<R>, scale_invs: &CubeTensor<R>| accum::launch::Fp8Operand {
+                codes: codes.handle.clone(),
+                scale_invs: scale_invs.handle.clone(),
+            };
         let handle = accum::launch::fp8_matmul::<R>(
             &ac.client,
-            ac.handle.clone(),
-            asi.handle.clone(),
-            bc.handle.clone(),
-            bsi.handle.clone(),
+            operand(&ac, &asi),
+            operand(&bc, &bsi),
             dims,
             format,
             config,

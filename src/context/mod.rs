@@ -16,6 +16,7 @@
 //! reasons).
 
 mod bindings;
+mod op;
 mod scope;
 
 use core::any::TypeId;
@@ -25,6 +26,7 @@ use burn_tensor::backend::{Backend, DeviceOps};
 use burn_tensor::{DType, FloatDType};
 
 pub(crate) use bindings::{DeviceKey, DeviceSlot, DeviceState, ScaleSource, device_key};
+pub(crate) use op::{Fp8Use, OpContext};
 pub use scope::with_policy;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,34 +34,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::fp8::Fp8History;
 use crate::fp8::training::{Fp8Site, Observer, lane_of, registry};
 use crate::policy::{IntoPolicy, Policy, PolicyError};
-
-/// What one op runs under, resolved once.
-pub(crate) struct OpContext<B: Backend> {
-    /// The policy in force for the op's device, checked against `B`.
-    pub policy: Policy,
-    /// The FP8 treatment of compute-class ops, under an FP8 policy.
-    pub fp8: Option<Fp8Site<B>>,
-}
-
-impl<B: Backend> OpContext<B> {
-    /// Runs a compute-class op `op(lhs, rhs)` whose inputs are in the compute dtype: as it
-    /// is, or through its FP8 site.
-    pub fn compute(
-        &self,
-        kind: &str,
-        lhs: burn_tensor::ops::FloatTensor<B>,
-        rhs: burn_tensor::ops::FloatTensor<B>,
-        op: impl FnOnce(
-            burn_tensor::ops::FloatTensor<B>,
-            burn_tensor::ops::FloatTensor<B>,
-        ) -> burn_tensor::ops::FloatTensor<B>,
-    ) -> burn_tensor::ops::FloatTensor<B> {
-        match &self.fp8 {
-            Some(site) => site.run(kind, lhs, rhs, op),
-            None => op(lhs, rhs),
-        }
-    }
-}
 
 /// The policy in force for `device` on this thread, checked against `B`.
 ///
@@ -74,29 +48,38 @@ pub(crate) fn policy<B: Backend>(device: &B::Device) -> Policy {
     policy
 }
 
-/// The policy and FP8 site of a compute-class op on `device`.
+/// What an op on `device` runs under: its policy and, when `fp8` is
+/// [`Fp8Use::Site`] and the policy asks for FP8, its FP8 site.
 ///
 /// # Panics
 /// As [`policy`].
-pub(crate) fn resolve<B: Backend>(device: &B::Device) -> OpContext<B> {
+pub(crate) fn resolve<B: Backend>(device: &B::Device, fp8: Fp8Use) -> OpContext<B> {
     let policy = self::policy::<B>(device);
-    let fp8 = policy.fp8_scaling().map(|scaling| {
-        // `check` refuses an FP8 policy on an unregistered backend, so this finds it.
-        let ops = registry::lookup::<B>().expect("FP8 operations checked by the policy check");
-        let history = scaling
-            .is_stateful()
-            .then(|| fp8_history(device))
-            .flatten()
-            .map(|h| (h, lane_of(device)));
-        Fp8Site {
-            ops,
-            scaling,
-            formats: policy.fp8_formats(),
-            history,
-            observer: Observer::current(),
-        }
-    });
-    OpContext { policy, fp8 }
+    let site = policy
+        .fp8_scaling()
+        .filter(|_| fp8 == Fp8Use::Site)
+        .map(|scaling| {
+            // `check` refuses an FP8 policy on an unregistered backend, so this finds it.
+            let ops = registry::lookup::<B>().expect("FP8 operations checked by the policy check");
+            let history = scaling
+                .is_stateful()
+                .then(|| fp8_history(device))
+                .flatten()
+                .map(|h| (h, lane_of(device)));
+            Fp8Site {
+                ops,
+                scaling,
+                formats: policy.fp8_formats(),
+                history,
+                observer: Observer::current(),
+            }
+        });
+    OpContext::with_fp8(policy, site)
+}
+
+/// What an op on `tensor`'s device runs under, without FP8 (see [`resolve`]).
+pub(crate) fn of<B: Backend>(tensor: &burn_tensor::ops::FloatTensor<B>) -> OpContext<B> {
+    resolve::<B>(&B::float_device(tensor), Fp8Use::Never)
 }
 
 /// The FP8 history of the loss scale bound to `device`. Without one, stateful scalings
@@ -121,11 +104,11 @@ fn fp8_history<D: DeviceOps + 'static>(device: &D) -> Option<Fp8History> {
 /// The loss scale a backward pass applies: the device state, and where it comes from.
 pub(crate) type BackwardScale = (DeviceSlot, Arc<dyn ScaleSource>);
 
-/// What a backward pass on `device` runs under: its policy, and the loss scale it applies
+/// What a backward pass on `device` runs under: its context, and the loss scale it applies
 /// (the bound one, under a policy that needs one): its device state, and its source (for
 /// the values a new state starts from). The pass ends the device's FP8 step: its next
 /// forward site is site 0 again.
-pub(crate) fn backward<B: Backend>(device: &B::Device) -> (Policy, Option<BackwardScale>) {
+pub(crate) fn backward<B: Backend>(device: &B::Device) -> (OpContext<B>, Option<BackwardScale>) {
     let policy = self::policy::<B>(device);
     let key = device_key(device);
     let source = bindings::read().scale_for(&key);
@@ -134,7 +117,7 @@ pub(crate) fn backward<B: Backend>(device: &B::Device) -> (Policy, Option<Backwa
         s.begin_backward(policy.needs_loss_scaling())
             .then(|| (s.slot(key), s))
     });
-    (policy, scale)
+    (OpContext::new(policy), scale)
 }
 
 /// The policy in force for `device` on this thread, unchecked.

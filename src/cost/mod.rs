@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 
 use burn_tensor::DType;
 
-pub use profile::{Phase, Profile, ProfileEntry, profile};
+pub use profile::{Phase, Profile, ProfileEntry, profile, profile_synced};
 pub(crate) use profile::{Timed, backward, start as timed};
 
 /// The class of an op, as the casting rules sort them (`crate::backend::autocast`).

@@ -29,6 +29,7 @@
 use core::cell::RefCell;
 use core::fmt;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use burn_tensor::DType;
@@ -178,6 +179,8 @@ struct Recording {
     stack: Vec<Key>,
     since: Instant,
     start: Instant,
+    /// Waits for the device's queued work ([`profile_synced`]), if given.
+    sync: Option<Rc<dyn Fn()>>,
 }
 
 impl Recording {
@@ -199,11 +202,59 @@ thread_local! {
     static PROFILING: RefCell<Option<Recording>> = const { RefCell::new(None) };
 }
 
+/// The time now; when the profile being recorded syncs, after the device's queued work has
+/// finished. `None` when nothing is being profiled.
+fn settled_now() -> Option<Instant> {
+    // Taken out while it runs: ops the sync itself runs are not synced again.
+    let sync = PROFILING.with(|p| p.borrow_mut().as_mut().map(|r| r.sync.take()))?;
+    if let Some(sync) = sync {
+        sync();
+        PROFILING.with(|p| {
+            if let Some(r) = p.borrow_mut().as_mut() {
+                r.sync = Some(sync);
+            }
+        });
+    }
+    Some(Instant::now())
+}
+
 /// Runs `f` and measures where its time goes (see the module's documentation). It starts in
 /// the forward phase and moves on at `backward()`: profile one step a call, and add steps
 /// up with [`Profile::absorb`]. Profiles do not nest: an inner call measures nothing and
 /// returns an empty profile.
+///
+/// On a backend that runs ops asynchronously (CUDA, wgpu), an op's time here is the time to
+/// queue it: use [`profile_synced`] there.
 pub fn profile<R>(f: impl FnOnce() -> R) -> (R, Profile) {
+    recorded(None, f)
+}
+
+/// [`profile`] on an asynchronous backend: `sync` (the backend's `sync` of the device, as
+/// `|| { let _ = B::sync(&device); }`) runs before and after every op, so that each op is
+/// charged the device time of its own work. Ops then run one by one: a backend that fuses
+/// ops (Burn's `Fusion`) fuses nothing, so the profile shows where time goes op by op, and
+/// its total is more than an unsynced step's.
+///
+/// ```
+/// use burn::backend::{Autodiff, Flex};
+/// use burn::tensor::{Tensor, backend::Backend};
+/// use burn_amp::{MixedPrecision, cost};
+///
+/// type B = MixedPrecision<Autodiff<Flex>>;
+/// let device = Default::default();
+/// let x = Tensor::<B, 2>::ones([8, 8], &device);
+/// let sync = move || { let _ = B::sync(&Default::default()); };
+/// let (_, profile) = cost::profile_synced(sync, || x.clone().matmul(x).exp());
+/// assert!(profile.entries().any(|e| e.op == "float_exp"));
+/// ```
+pub fn profile_synced<R>(sync: impl Fn() + 'static, f: impl FnOnce() -> R) -> (R, Profile) {
+    recorded(Some(Rc::new(sync)), f)
+}
+
+fn recorded<R>(sync: Option<Rc<dyn Fn()>>, f: impl FnOnce() -> R) -> (R, Profile) {
+    if let Some(sync) = &sync {
+        sync();
+    }
     let now = Instant::now();
     let started = PROFILING.with(|p| {
         let mut p = p.borrow_mut();
@@ -216,6 +267,7 @@ pub fn profile<R>(f: impl FnOnce() -> R) -> (R, Profile) {
             stack: Vec::new(),
             since: now,
             start: now,
+            sync,
         });
         true
     });
@@ -231,10 +283,10 @@ pub fn profile<R>(f: impl FnOnce() -> R) -> (R, Profile) {
     let end = End(started);
     let out = f();
     let profile = if started {
+        let now = settled_now().expect("recording");
         PROFILING.with(|p| {
             let mut p = p.borrow_mut();
             let r = p.as_mut().expect("recording");
-            let now = Instant::now();
             r.charge(now);
             r.profile.total = now - r.start;
             r.profile.clone()
@@ -259,10 +311,12 @@ impl Timed {
 
 impl Drop for Timed {
     fn drop(&mut self) {
-        if self.0 {
+        if self.0
+            && let Some(now) = settled_now()
+        {
             PROFILING.with(|p| {
                 if let Some(r) = p.borrow_mut().as_mut() {
-                    r.charge(Instant::now());
+                    r.charge(now);
                     r.stack.pop();
                 }
             });
@@ -272,9 +326,13 @@ impl Drop for Timed {
 
 /// Starts timing `name` (in `dtype`) until the guard drops.
 pub(crate) fn start(name: &'static str, dtype: Option<DType>) -> Timed {
+    // Not profiling: one look at the thread-local, nothing else.
+    let Some(now) = settled_now() else {
+        return Timed(false);
+    };
     Timed(PROFILING.with(|p| match p.borrow_mut().as_mut() {
         Some(r) => {
-            r.charge(Instant::now());
+            r.charge(now);
             let key = (r.phase, name, dtype.map(Dt));
             r.profile.entries.entry(key).or_default().0 += 1;
             r.stack.push(key);
@@ -291,23 +349,76 @@ pub(crate) struct BackwardPhase(Option<Timed>);
 
 /// Starts the backward pass (see [`BackwardPhase`]).
 pub(crate) fn backward() -> BackwardPhase {
-    PROFILING.with(|p| {
-        if let Some(r) = p.borrow_mut().as_mut() {
-            r.charge(Instant::now());
-            r.phase = Phase::Backward;
-        }
-    });
+    if let Some(now) = settled_now() {
+        PROFILING.with(|p| {
+            if let Some(r) = p.borrow_mut().as_mut() {
+                r.charge(now);
+                r.phase = Phase::Backward;
+            }
+        });
+    }
     BackwardPhase(Some(start("Burn's Autodiff steps", None)))
 }
 
 impl Drop for BackwardPhase {
     fn drop(&mut self) {
         drop(self.0.take());
-        PROFILING.with(|p| {
-            if let Some(r) = p.borrow_mut().as_mut() {
-                r.charge(Instant::now());
-                r.phase = Phase::Optimizer;
-            }
-        });
+        if let Some(now) = settled_now() {
+            PROFILING.with(|p| {
+                if let Some(r) = p.borrow_mut().as_mut() {
+                    r.charge(now);
+                    r.phase = Phase::Optimizer;
+                }
+            });
+        }
+    }
+}
+
+#[cfg(all(test, feature = "flex"))]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use burn::backend::Flex;
+    use burn_tensor::Tensor;
+
+    use super::*;
+    use crate::MixedPrecision;
+
+    type B = MixedPrecision<Flex>;
+
+    #[test]
+    fn a_synced_profile_syncs_around_every_op_and_not_inside_its_own_sync() {
+        let device = Default::default();
+        let x = Tensor::<B, 2>::ones([4, 4], &device);
+        let syncs = Arc::new(AtomicUsize::new(0));
+        let counted = syncs.clone();
+        let sync_device = device;
+        // A sync that runs an op of the decorator itself: it must not be synced again.
+        let sync = move || {
+            counted.fetch_add(1, Ordering::Relaxed);
+            let _ = Tensor::<B, 1>::ones([1], &sync_device).exp();
+        };
+        let (_, synced) = profile_synced(sync, || x.clone().matmul(x).exp().sum());
+        // The sync's own ops (`float_ones`, `float_exp`) are recorded too; these are not its.
+        let calls = |op: &str| {
+            synced
+                .entries()
+                .filter(|e| e.op == op)
+                .map(|e| e.calls)
+                .sum::<u64>()
+        };
+        assert_eq!(
+            (calls("float_matmul"), calls("float_sum")),
+            (1, 1),
+            "{synced}"
+        );
+        // Once before the profile, before and after each of the three ops, once at its end;
+        // none around the ops a sync runs.
+        assert_eq!(syncs.load(Ordering::Relaxed), 8, "{synced}");
+        // Unsynced, the same work calls nothing.
+        let before = syncs.load(Ordering::Relaxed);
+        let _ = profile(|| Tensor::<B, 2>::ones([4, 4], &device).exp());
+        assert_eq!(syncs.load(Ordering::Relaxed), before);
     }
 }

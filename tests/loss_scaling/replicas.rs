@@ -34,8 +34,9 @@ const POISONED_RANK: usize = 1;
 const POISONED_STEP: usize = 5;
 /// Replica 1 of the "dies" case exits before this step; of the "hangs" case, sleeps.
 const DIES_AT: usize = 3;
-/// How long a replica waits for its peer in the "dies" and "hangs" cases.
-const SHORT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a replica waits for its peer in the "dies" and "hangs" cases (after both have
+/// started: see `replica`).
+const SHORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a launcher waits for its replicas.
 const LAUNCHER_TIMEOUT: Duration = Duration::from_secs(240);
 /// How long the job may take to end once a replica died or timed out: the timeout and 5 s.
@@ -120,8 +121,9 @@ fn a_replica_that_dies_ends_the_job_naming_it_in_bounded_time() {
     assert!(
         b.output
             .contains(&format!("replica 1 leaves at step {DIES_AT}")),
-        "replica 1: {}",
-        b.output
+        "replica 1 did not report leaving: {}\nmpirun: {}",
+        b.output,
+        a.launcher
     );
     // Open MPI names a process `[[job,1],rank]`; MPICH says `rank N`.
     let named = a.launcher.contains("],1]") || a.launcher.contains("rank 1");
@@ -147,15 +149,17 @@ fn a_replica_that_hangs_gives_the_other_a_timeout_naming_the_step() {
     assert!(
         b.output
             .contains(&format!("replica 1 hangs at step {DIES_AT}")),
-        "replica 1: {}",
-        b.output
+        "replica 1 did not report its hang: {}\nmpirun: {}",
+        b.output,
+        a.launcher
     );
     let expected = format!("data-parallel step {} failed", DIES_AT + 1);
     assert!(
         a.output.contains(&expected) && a.output.contains("no result after"),
-        "replica 0 should have timed out at step {}: {}",
+        "replica 0 should have timed out at step {}: {}\nmpirun: {}",
         DIES_AT + 1,
-        a.output
+        a.output,
+        a.launcher
     );
     // Replica 0 fails within its timeout (plus 5 s) of replica 1's hang, and the job ends
     // within the same bound.
@@ -363,6 +367,9 @@ fn replica(spec: &str) -> ! {
     let (rank, world) = (group.rank(), group.world_size());
     assert_eq!(world, 2, "run by mpirun -n 2");
     let mut out = Out(std::fs::File::create(report_path(Path::new(dir), rank)).expect("report"));
+    // Both replicas started before any step's timeout runs: a blocking broadcast (no
+    // timeout) as a barrier, so that a slow process start under load is not taken for a hang.
+    group.broadcast(0, &mut [0u8]);
     let device = Default::default();
     let policy: Policy = case_policy(case).parse().expect("policy");
     let code = with_policy(policy, || {

@@ -88,25 +88,84 @@ pub fn add(
     f32::reinterpret(out)
 }
 
+/// How the rows of a chunked sum are cut: `[rows, cols]`, chunks of `chunk` columns,
+/// `chunks` of them per row.
+#[derive(CubeLaunch, CubeType, Clone, Copy)]
+pub struct RowChunks {
+    pub cols: u32,
+    pub chunk: u32,
+    pub chunks: u32,
+}
+
+/// How a chunked sum runs, fixed when its kernel is compiled: over `input` alone or the
+/// products `input * other` (`product`), in accumulator `mode` (see [`add`]), rounding
+/// stochastically or not, its loop unrolled by `unroll`.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct SumSettings {
+    pub product: bool,
+    pub mode: u32,
+    pub stochastic: bool,
+    pub unroll: u32,
+}
+
+/// The shape of a chunked matrix product `[m, k] x [k, n]` (`m` follows from the output),
+/// and its chunk of `chunk` products.
+#[derive(CubeLaunch, CubeType, Clone, Copy)]
+pub struct MatmulDims {
+    pub k: u32,
+    pub n: u32,
+    pub chunk: u32,
+}
+
+/// How a chunked matrix product accumulates, fixed when its kernel is compiled: chunks in
+/// `mode`, chunk sums combined in `combine` (see [`add`]), rounding stochastically or not.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct MatmulSettings {
+    pub mode: u32,
+    pub combine: u32,
+    pub stochastic: bool,
+}
+
+/// The block layout of a block-scaled FP8 product `[m, k] x [k, n]`: scale blocks of
+/// `block` along `k` (and `n` for `B`), windows of `window` products, the FP8 format's
+/// exponent `bias`.
+#[derive(CubeLaunch, CubeType, Clone, Copy)]
+pub struct Fp8MatmulDims {
+    pub k: u32,
+    pub n: u32,
+    pub block: u32,
+    pub window: u32,
+    pub bias: i32,
+}
+
+/// How a block-scaled FP8 product runs, fixed when its kernel is compiled: the FP8
+/// format's mantissa width `m_bits`, the accumulator `mode` (see [`add`]), and whether each
+/// window is promoted to f32.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Fp8MatmulSettings {
+    pub m_bits: u32,
+    pub mode: u32,
+    pub promote: bool,
+}
+
 /// Pass 1 of a chunked sum (loops are unrolled by `unroll`: llvmpipe, the CPU Vulkan driver
 /// CI runs on, stops any shader loop after 65535 trips) over the rows of `input` (`[rows, cols]`, or the products
 /// `input * other` when `product`): unit `u` sums chunk `u % chunks` of row `u / chunks`
 /// into `partials[u]`, in the accumulator.
 #[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
 pub fn chunk_sums_kernel<F: Float>(
     input: &Array<F>,
     other: &Array<F>,
     partials: &mut Array<f32>,
-    cols: u32,
-    chunk: u32,
-    chunks: u32,
+    rows: RowChunks,
     seed: u32,
-    #[comptime] product: bool,
-    #[comptime] mode: u32,
-    #[comptime] stochastic: bool,
-    #[comptime] unroll: u32,
+    #[comptime] recipe: SumSettings,
 ) {
+    let (cols, chunk, chunks) = (rows.cols, rows.chunk, rows.chunks);
+    let product = recipe.product;
+    let mode = recipe.mode;
+    let stochastic = recipe.stochastic;
+    let unroll = recipe.unroll;
     let u = ABSOLUTE_POS;
     if u >= partials.len() {
         terminate!();
@@ -175,20 +234,18 @@ pub fn combine_kernel(
 /// The chunked matrix product: unit `(i, j)` forms `out[i, j]`, each chunk of `chunk` products
 /// in the accumulator, chunk sums combined in `combine`.
 #[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
 pub fn matmul_kernel<F: Float>(
     a: &Array<F>,
     b: &Array<F>,
     out: &mut Array<f32>,
-    m: u32,
-    k: u32,
-    n: u32,
-    chunk: u32,
+    dims: MatmulDims,
     seed: u32,
-    #[comptime] mode: u32,
-    #[comptime] combine: u32,
-    #[comptime] stochastic: bool,
+    #[comptime] recipe: MatmulSettings,
 ) {
+    let (k, n, chunk) = (dims.k, dims.n, dims.chunk);
+    let mode = recipe.mode;
+    let combine = recipe.combine;
+    let stochastic = recipe.stochastic;
     let u = ABSOLUTE_POS;
     if u >= out.len() {
         terminate!();
@@ -217,7 +274,6 @@ pub fn matmul_kernel<F: Float>(
         total = add(total, acc, 0u32, 0u32, combine, false);
         start = end;
     }
-    let _ = m;
     out[u] = total;
 }
 
@@ -228,22 +284,19 @@ pub fn matmul_kernel<F: Float>(
 /// accumulator, then scaled by `sa * sb` and added to an f32 total; without, every product
 /// is dequantized and summed in the accumulator over all of `k` (naive FP8 accumulation).
 #[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
 pub fn fp8_matmul_kernel(
     a: &Array<u32>,
     a_scale_invs: &Array<f32>,
     b: &Array<u32>,
     b_scale_invs: &Array<f32>,
     out: &mut Array<f32>,
-    k: u32,
-    n: u32,
-    block: u32,
-    window: u32,
-    bias: i32,
-    #[comptime] m_bits: u32,
-    #[comptime] mode: u32,
-    #[comptime] promote: bool,
+    dims: Fp8MatmulDims,
+    #[comptime] recipe: Fp8MatmulSettings,
 ) {
+    let (k, n, block, window, bias) = (dims.k, dims.n, dims.block, dims.window, dims.bias);
+    let m_bits = recipe.m_bits;
+    let mode = recipe.mode;
+    let promote = recipe.promote;
     let u = ABSOLUTE_POS;
     if u >= out.len() {
         terminate!();

@@ -41,14 +41,14 @@ pub fn row_sums<R: Runtime, F: Float + CubeElement>(
             ArrayArg::from_raw_parts(input, len),
             ArrayArg::from_raw_parts(other, len),
             ArrayArg::from_raw_parts(partials.clone(), units as usize),
-            cols,
-            chunk,
-            chunks,
+            kernel::RowChunksLaunch::new(cols, chunk, chunks),
             config.stochastic.unwrap_or(0),
-            product,
-            config.accumulator.id(),
-            config.stochastic.is_some(),
-            unroll_for(chunk),
+            kernel::SumSettings {
+                product,
+                mode: config.accumulator.id(),
+                stochastic: config.stochastic.is_some(),
+                unroll: unroll_for(chunk),
+            },
         );
     }
     let output = client.empty(rows.max(1) as usize * 4);
@@ -87,28 +87,34 @@ pub fn matmul<R: Runtime, F: Float + CubeElement>(
             ArrayArg::from_raw_parts(a, (m * k).max(1) as usize),
             ArrayArg::from_raw_parts(b, (k * n).max(1) as usize),
             ArrayArg::from_raw_parts(output.clone(), units as usize),
-            m,
-            k,
-            n,
-            config.chunk_len(k),
+            kernel::MatmulDimsLaunch::new(k, n, config.chunk_len(k)),
             config.stochastic.unwrap_or(0),
-            config.accumulator.id(),
-            config.combine.id(),
-            config.stochastic.is_some(),
+            kernel::MatmulSettings {
+                mode: config.accumulator.id(),
+                combine: config.combine.id(),
+                stochastic: config.stochastic.is_some(),
+            },
         );
     }
     output
 }
 
-/// The block-scaled FP8 matrix product (see [`kernel::fp8_matmul_kernel`](fn@kernel::fp8_matmul_kernel)); `a` and `b`
-/// are packed codes; returns `m * n` f32.
-#[allow(clippy::too_many_arguments)]
+/// One operand of [`fp8_matmul`]: its packed FP8 codes and the scale inverse of each of
+/// its blocks (f32).
+#[derive(Clone, Debug)]
+pub struct Fp8Operand {
+    /// The codes, four to a `u32`.
+    pub codes: Handle,
+    /// One f32 per scale block.
+    pub scale_invs: Handle,
+}
+
+/// The block-scaled FP8 matrix product (see [`kernel::fp8_matmul_kernel`](fn@kernel::fp8_matmul_kernel))
+/// of `a` (`[m, k]`) and `b` (`[k, n]`); returns `m * n` f32.
 pub fn fp8_matmul<R: Runtime>(
     client: &ComputeClient<R>,
-    a: Handle,
-    a_scale_invs: Handle,
-    b: Handle,
-    b_scale_invs: Handle,
+    a: Fp8Operand,
+    b: Fp8Operand,
     (m, k, n): (u32, u32, u32),
     format: Fp8Format,
     config: Fp8MatmulConfig,
@@ -122,19 +128,17 @@ pub fn fp8_matmul<R: Runtime>(
             client,
             count,
             dim,
-            ArrayArg::from_raw_parts(a, (m * k).div_ceil(4).max(1) as usize),
-            ArrayArg::from_raw_parts(a_scale_invs, (m * kb).max(1) as usize),
-            ArrayArg::from_raw_parts(b, (k * n).div_ceil(4).max(1) as usize),
-            ArrayArg::from_raw_parts(b_scale_invs, (kb * nb).max(1) as usize),
+            ArrayArg::from_raw_parts(a.codes, (m * k).div_ceil(4).max(1) as usize),
+            ArrayArg::from_raw_parts(a.scale_invs, (m * kb).max(1) as usize),
+            ArrayArg::from_raw_parts(b.codes, (k * n).div_ceil(4).max(1) as usize),
+            ArrayArg::from_raw_parts(b.scale_invs, (kb * nb).max(1) as usize),
             ArrayArg::from_raw_parts(output.clone(), units as usize),
-            k,
-            n,
-            config.block,
-            config.window,
-            format.bias(),
-            format.layout().mantissa_bits(),
-            config.accumulator.id(),
-            config.promote,
+            kernel::Fp8MatmulDimsLaunch::new(k, n, config.block, config.window, format.bias()),
+            kernel::Fp8MatmulSettings {
+                m_bits: format.layout().mantissa_bits(),
+                mode: config.accumulator.id(),
+                promote: config.promote,
+            },
         );
     }
     output

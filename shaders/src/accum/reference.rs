@@ -171,7 +171,6 @@ pub struct Fp8MatmulConfig {
 }
 
 /// The block-scaled FP8 matrix product, as [`super::kernel::fp8_matmul_kernel`](fn@super::kernel::fp8_matmul_kernel) computes it.
-#[allow(clippy::too_many_arguments)]
 pub fn fp8_matmul(
     a_codes: &[u8],
     a_scale_invs: &[f32],

@@ -363,16 +363,15 @@ pub fn launch<R: Runtime>(client: &ComputeClient<R>, launch: Launch) {
             let a_scale_invs = empty_words(client, m * kb);
             let b = empty_words(client, (k * n).div_ceil(4));
             let b_scale_invs = empty_words(client, kb * nb);
-            accum::launch::fp8_matmul(
-                client,
-                a,
-                a_scale_invs,
-                b,
-                b_scale_invs,
-                (m, k, n),
-                format,
-                config,
-            );
+            let a = accum::launch::Fp8Operand {
+                codes: a,
+                scale_invs: a_scale_invs,
+            };
+            let b = accum::launch::Fp8Operand {
+                codes: b,
+                scale_invs: b_scale_invs,
+            };
+            accum::launch::fp8_matmul(client, a, b, (m, k, n), format, config);
         }
         Launch::Adamw(elem, skippable) => with_elem!(elem, adamw, client, skippable),
     }

@@ -11,6 +11,8 @@
 
 use cubecl::prelude::*;
 
+use super::scale::ScaleKind;
+
 /// Wellons' `lowbias32` hash ([`super::reference::hash32`]).
 #[cube]
 pub fn hash32(x: u32) -> u32 {
@@ -93,19 +95,13 @@ const fn out_of_range_code(m: u32, clamp: bool) -> u32 {
     }
 }
 
-/// One f32 (as bits) to an FP8 code ([`super::reference::encode`]). `m` is the mantissa
-/// width: 3 for E4M3, 2 for E5M2.
+/// One f32 (as bits) to an FP8 code ([`super::reference::encode`]), as `encoding` says.
 #[cube]
-pub fn encode(
-    bits: u32,
-    bias: i32,
-    seed: u32,
-    index: u32,
-    #[comptime] m: u32,
-    #[comptime] saturate: bool,
-    #[comptime] saturate_inf: bool,
-    #[comptime] stochastic: bool,
-) -> u32 {
+pub fn encode(bits: u32, bias: i32, seed: u32, index: u32, #[comptime] encoding: Encoding) -> u32 {
+    let m = encoding.m;
+    let saturate = encoding.saturate;
+    let saturate_inf = encoding.saturate_inf;
+    let stochastic = encoding.stochastic;
     let max_code = comptime!(if m == 3 { 0x7eu32 } else { 0x7bu32 }).runtime();
     let nan_code = comptime!(if m == 3 { 0x7fu32 } else { 0x7eu32 }).runtime();
     let overflow = comptime!(out_of_range_code(m, saturate)).runtime();
@@ -257,8 +253,8 @@ pub fn pow2(k: i32) -> f32 {
 }
 
 /// Unit `b` turns block `b`'s amax (f32 bits) into its `scales` and `scale_invs` entries,
-/// by the rule [`super::scale::block_scale`] describes: `rule` 0 float, 1 power of two,
-/// 2 E8M0. `fp8_max` is the FP8 format's largest value.
+/// by the rule [`super::scale::block_scale`] describes, of kind `rule` with `margin`.
+/// `fp8_max` is the FP8 format's largest value.
 #[cube(launch_unchecked)]
 pub fn scales_kernel(
     amax: &Array<u32>,
@@ -266,7 +262,7 @@ pub fn scales_kernel(
     scale_invs: &mut Array<f32>,
     fp8_max: f32,
     margin: u32,
-    #[comptime] rule: u32,
+    #[comptime] rule: ScaleKind,
 ) {
     let b = ABSOLUTE_POS;
     if b >= amax.len() {
@@ -276,7 +272,7 @@ pub fn scales_kernel(
     let mut scale = 1.0f32;
     let mut scale_inv = 1.0f32;
     if a >= 0x7f80_0000u32 {
-        if comptime!(rule == 2) {
+        if comptime!(rule == ScaleKind::E8M0) {
             // The canonical NaN, 0x7fc0_0000, built from `a` (any bits of a non-finite amax
             // give it): CubeCL 0.10's CUDA backend turns the reinterpret of a constant into
             // `reinterpret_cast<float const&>(uint32(..))`, which NVRTC rejects (tracel-ai/
@@ -286,7 +282,7 @@ pub fn scales_kernel(
         }
     } else if a != 0 {
         let max_bits = u32::reinterpret(fp8_max);
-        if comptime!(rule == 0) {
+        if comptime!(rule == ScaleKind::Float) {
             let mut s = f32::reinterpret(div_rn(max_bits, a));
             if margin > 0 {
                 s *= pow2(-i32::cast_from(min(margin, 126u32)));
@@ -301,7 +297,7 @@ pub fn scales_kernel(
             }
             scale = s;
             scale_inv = f32::reinterpret(div_rn(0x3f80_0000u32, u32::reinterpret(s)));
-        } else if comptime!(rule == 1) {
+        } else if comptime!(rule == ScaleKind::PowerOfTwo) {
             let mut k = exponent_of(max_bits) - exponent_of(a);
             if mantissa_of(a) > mantissa_of(max_bits) {
                 k -= 1;
@@ -339,34 +335,51 @@ pub fn scaled(bits: u32, scale: f32) -> u32 {
     out
 }
 
-/// The index of the scale block element `i` belongs to.
+/// A tensor's scale blocks, one kernel argument: `len` elements seen as `[len / cols,
+/// cols]`, blocks of `block_rows x block_cols`, `blocks_per_row` of them along a row (the
+/// device form of [`super::launch::BlockLayout`]).
+#[derive(CubeLaunch, CubeType, Clone, Copy)]
+pub struct Blocks {
+    pub len: u32,
+    pub cols: u32,
+    pub block_rows: u32,
+    pub block_cols: u32,
+    pub blocks_per_row: u32,
+}
+
 #[cube]
-pub fn block_of(i: u32, cols: u32, block_rows: u32, block_cols: u32, blocks_per_row: u32) -> u32 {
-    let row = i / cols;
-    let col = i % cols;
-    (row / block_rows) * blocks_per_row + col / block_cols
+impl Blocks {
+    /// The index of the scale block element `i` belongs to.
+    pub fn block_of(&self, i: u32) -> u32 {
+        let row = i / self.cols;
+        let col = i % self.cols;
+        (row / self.block_rows) * self.blocks_per_row + col / self.block_cols
+    }
+}
+
+/// How an FP8 cast turns f32 into codes, fixed when the kernel is compiled: the mantissa
+/// width `m` (3 for E4M3, 2 for E5M2), whether finite and infinite values out of range
+/// clamp to the largest finite code, and whether rounding is stochastic.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Encoding {
+    pub m: u32,
+    pub saturate: bool,
+    pub saturate_inf: bool,
+    pub stochastic: bool,
 }
 
 /// Scales and quantizes `input` into packed codes: unit `k` writes `output[k]`, the codes
 /// of elements `4k..4k+4` (zero past the end). Each value is multiplied by its block's
 /// `scales` entry in f32 first (skipped for a scale of exactly 1).
 #[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
 pub fn quantize_kernel<F: Float>(
     input: &Array<F>,
     scales: &Array<f32>,
     output: &mut Array<u32>,
-    len: u32,
-    cols: u32,
-    block_rows: u32,
-    block_cols: u32,
-    blocks_per_row: u32,
+    blocks: Blocks,
     bias: i32,
     seed: u32,
-    #[comptime] m: u32,
-    #[comptime] saturate: bool,
-    #[comptime] saturate_inf: bool,
-    #[comptime] stochastic: bool,
+    #[comptime] encoding: Encoding,
 ) {
     let k = ABSOLUTE_POS;
     if k >= output.len() {
@@ -377,10 +390,10 @@ pub fn quantize_kernel<F: Float>(
     #[unroll]
     for j in 0..4u32 {
         let i = first + j;
-        if i < len {
-            let scale = scales[block_of(i, cols, block_rows, block_cols, blocks_per_row) as usize];
+        if i < blocks.len {
+            let scale = scales[blocks.block_of(i) as usize];
             let bits = scaled(u32::reinterpret(f32::cast_from(input[i as usize])), scale);
-            let code = encode(bits, bias, seed, i, m, saturate, saturate_inf, stochastic);
+            let code = encode(bits, bias, seed, i, encoding);
             packed |= code << (8 * j);
         }
     }
@@ -390,16 +403,11 @@ pub fn quantize_kernel<F: Float>(
 /// Decodes packed codes and multiplies each value by its block's `scale_invs` entry (in
 /// f32, skipped for exactly 1): unit `k` writes elements `4k..4k+4`.
 #[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
 pub fn dequantize_kernel<F: Float>(
     codes: &Array<u32>,
     scale_invs: &Array<f32>,
     output: &mut Array<F>,
-    len: u32,
-    cols: u32,
-    block_rows: u32,
-    block_cols: u32,
-    blocks_per_row: u32,
+    blocks: Blocks,
     bias: i32,
     #[comptime] m: u32,
 ) {
@@ -412,10 +420,9 @@ pub fn dequantize_kernel<F: Float>(
     #[unroll]
     for j in 0..4u32 {
         let i = first + j;
-        if i < len {
+        if i < blocks.len {
             let code = (packed >> (8 * j)) & 0xffu32;
-            let scale_inv =
-                scale_invs[block_of(i, cols, block_rows, block_cols, blocks_per_row) as usize];
+            let scale_inv = scale_invs[blocks.block_of(i) as usize];
             let x = f32::reinterpret(scaled(decode(code, bias, m), scale_inv));
             output[i as usize] = F::cast_from(x);
         }
@@ -427,26 +434,21 @@ pub fn dequantize_kernel<F: Float>(
 /// `k` folds elements `chunk*k..chunk*(k+1)` into `amax` with atomic maxima. `amax` must
 /// start at zero.
 #[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
 pub fn amax_kernel<F: Float>(
     input: &Array<F>,
     amax: &mut Array<Atomic<u32>>,
-    len: u32,
+    blocks: Blocks,
     chunk: u32,
-    cols: u32,
-    block_rows: u32,
-    block_cols: u32,
-    blocks_per_row: u32,
 ) {
     let start = u32::cast_from(ABSOLUTE_POS) * chunk;
-    if start >= len {
+    if start >= blocks.len {
         terminate!();
     }
-    let end = min(start + chunk, len);
-    let mut block = block_of(start, cols, block_rows, block_cols, blocks_per_row);
+    let end = min(start + chunk, blocks.len);
+    let mut block = blocks.block_of(start);
     let mut best = 0u32;
     for i in start..end {
-        let b = block_of(i, cols, block_rows, block_cols, blocks_per_row);
+        let b = blocks.block_of(i);
         if b != block {
             amax[block as usize].fetch_max(best);
             block = b;

@@ -68,6 +68,17 @@ impl BlockLayout {
         let (row, col) = (i / self.cols, i % self.cols);
         (row / self.block_rows) * self.blocks_per_row() + col / self.block_cols
     }
+
+    /// The layout as the kernels take it: one argument.
+    fn arg<R: Runtime>(&self) -> kernel::BlocksLaunch<R> {
+        kernel::BlocksLaunch::new(
+            self.len,
+            self.cols,
+            self.block_rows,
+            self.block_cols,
+            self.blocks_per_row(),
+        )
+    }
 }
 
 /// Bytes of packed codes for `len` values: `4 * ceil(len / 4)`.
@@ -91,7 +102,12 @@ pub fn quantize<R: Runtime, F: Float + CubeElement>(
         Rounding::NearestEven => (false, 0),
         Rounding::Stochastic { seed } => (true, seed),
     };
-    let m = cast.format.layout().mantissa_bits();
+    let encoding = kernel::Encoding {
+        m: cast.format.layout().mantissa_bits(),
+        saturate: cast.overflow.clamps_finite(),
+        saturate_inf: cast.overflow.clamps_infinite(),
+        stochastic,
+    };
     unsafe {
         kernel::quantize_kernel::launch_unchecked::<F, R>(
             client,
@@ -100,17 +116,10 @@ pub fn quantize<R: Runtime, F: Float + CubeElement>(
             ArrayArg::from_raw_parts(input, layout.len.max(1) as usize),
             ArrayArg::from_raw_parts(scales, layout.num_blocks() as usize),
             ArrayArg::from_raw_parts(output.clone(), words as usize),
-            layout.len,
-            layout.cols,
-            layout.block_rows,
-            layout.block_cols,
-            layout.blocks_per_row(),
+            layout.arg(),
             cast.format.bias(),
             seed,
-            m,
-            cast.overflow.clamps_finite(),
-            cast.overflow.clamps_infinite(),
-            stochastic,
+            encoding,
         );
     }
     output
@@ -136,11 +145,7 @@ pub fn dequantize<R: Runtime, F: Float + CubeElement>(
             ArrayArg::from_raw_parts(codes, words as usize),
             ArrayArg::from_raw_parts(scale_invs, layout.num_blocks() as usize),
             ArrayArg::from_raw_parts(output.clone(), layout.len.max(1) as usize),
-            layout.len,
-            layout.cols,
-            layout.block_rows,
-            layout.block_cols,
-            layout.blocks_per_row(),
+            layout.arg(),
             format.bias(),
             format.layout().mantissa_bits(),
         );
@@ -168,12 +173,8 @@ pub fn amax<R: Runtime, F: Float + CubeElement>(
             dim,
             ArrayArg::from_raw_parts(input, layout.len as usize),
             ArrayArg::from_raw_parts(output.clone(), blocks),
-            layout.len,
+            layout.arg(),
             AMAX_CHUNK,
-            layout.cols,
-            layout.block_rows,
-            layout.block_cols,
-            layout.blocks_per_row(),
         );
     }
     output
@@ -200,7 +201,7 @@ pub fn scales<R: Runtime>(
             ArrayArg::from_raw_parts(scale_invs.clone(), num_blocks as usize),
             format.max(),
             rule.margin(),
-            rule.id(),
+            rule.kind(),
         );
     }
     (scales, scale_invs)

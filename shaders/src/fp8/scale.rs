@@ -48,13 +48,25 @@ pub enum ScaleRule {
     E8M0,
 }
 
+/// A [`ScaleRule`] without its margin: what the scale kernel is compiled for (the margin is
+/// a run-time argument).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScaleKind {
+    /// [`ScaleRule::Float`].
+    Float,
+    /// [`ScaleRule::PowerOfTwo`].
+    PowerOfTwo,
+    /// [`ScaleRule::E8M0`].
+    E8M0,
+}
+
 impl ScaleRule {
-    /// The rule's number for the kernels: 0 float, 1 power of two, 2 E8M0.
-    pub const fn id(self) -> u32 {
+    /// The rule without its margin.
+    pub const fn kind(self) -> ScaleKind {
         match self {
-            Self::Float { .. } => 0,
-            Self::PowerOfTwo { .. } => 1,
-            Self::E8M0 => 2,
+            Self::Float { .. } => ScaleKind::Float,
+            Self::PowerOfTwo { .. } => ScaleKind::PowerOfTwo,
+            Self::E8M0 => ScaleKind::E8M0,
         }
     }
 

@@ -24,6 +24,17 @@ pub fn powi(beta: f32, t: u32) -> f32 {
     result
 }
 
+/// One step's hyperparameters, one kernel argument (the device form of
+/// [`crate::cpu::optim::AdamwStep`]); `decay` is `1 - lr * weight_decay`.
+#[derive(CubeLaunch, CubeType, Clone, Copy)]
+pub struct Hyper {
+    pub lr: f32,
+    pub beta_1: f32,
+    pub beta_2: f32,
+    pub epsilon: f32,
+    pub decay: f32,
+}
+
 /// Unit `i` updates element `i`: with `t = time[0] + 1` (or `time[0]` on a skipped step,
 /// `found[0] > 0` when `skippable`),
 ///
@@ -36,6 +47,8 @@ pub fn powi(beta: f32, t: u32) -> f32 {
 /// On a skipped step every output is its input, bit for bit. Unit 0 writes `t` to
 /// `time_out[0]`.
 #[cube(launch_unchecked)]
+// The ten buffers of one fused update (four streams in, four out, a step count in and out,
+// the skip flag): CubeCL kernels take their buffers as arguments.
 #[allow(clippy::too_many_arguments)]
 pub fn adamw_kernel<G: Float>(
     param: &Array<f32>,
@@ -48,13 +61,11 @@ pub fn adamw_kernel<G: Float>(
     m_out: &mut Array<f32>,
     v_out: &mut Array<f32>,
     time_out: &mut Array<f32>,
-    lr: f32,
-    beta_1: f32,
-    beta_2: f32,
-    epsilon: f32,
-    decay: f32,
+    hyper: Hyper,
     #[comptime] skippable: bool,
 ) {
+    let (lr, beta_1, beta_2) = (hyper.lr, hyper.beta_1, hyper.beta_2);
+    let (epsilon, decay) = (hyper.epsilon, hyper.decay);
     let i = ABSOLUTE_POS;
     let mut skip = false;
     if comptime!(skippable) {

@@ -58,11 +58,7 @@ pub fn adamw<R: Runtime, G: Float + CubeElement>(
             ArrayArg::from_raw_parts(m_out.clone(), len),
             ArrayArg::from_raw_parts(v_out.clone(), len),
             ArrayArg::from_raw_parts(time_out.clone(), 1),
-            step.lr,
-            step.beta_1,
-            step.beta_2,
-            step.epsilon,
-            step.decay,
+            kernel::HyperLaunch::new(step.lr, step.beta_1, step.beta_2, step.epsilon, step.decay),
             skippable,
         );
     }

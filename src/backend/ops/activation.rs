@@ -7,6 +7,7 @@ use burn_tensor::{Scalar, TensorMetadata};
 
 use crate::MixedPrecision;
 use crate::backend::autocast;
+use crate::context;
 use crate::cost::{self, Counted, OpClass};
 use crate::cpu::Routed;
 
@@ -20,10 +21,10 @@ fn softmax_f32<B: Backend>(
     dim: usize,
     inner: fn(FloatTensor<B>, usize) -> FloatTensor<B>,
 ) -> FloatTensor<B> {
-    let policy = autocast::policy_of::<B>(&tensor);
+    let op = context::of::<B>(&tensor);
     let last = tensor.shape().num_dims().saturating_sub(1);
     let _op = cost::op(OpClass::Float32, name, Some(burn_tensor::DType::F32));
-    let tensor = match autocast::routed_ops::<B>(&policy) {
+    let tensor = match op.routed_ops() {
         Some(ops)
             if dim == last && autocast::dtype::<B>(&tensor) != burn_tensor::FloatDType::F64 =>
         {
@@ -34,7 +35,7 @@ fn softmax_f32<B: Backend>(
         }
         _ => tensor,
     };
-    let [tensor] = autocast::to_f32::<B, 1>([tensor], &policy);
+    let [tensor] = autocast::to_f32::<B, 1>([tensor], &op);
     inner(tensor, dim)
 }
 
@@ -46,7 +47,7 @@ fn activation<B: Backend>(
     inner: fn(FloatTensor<B>) -> FloatTensor<B>,
 ) -> FloatTensor<B> {
     if autocast::dtype::<B>(&tensor) != burn_tensor::FloatDType::F64
-        && let Some(ops) = autocast::routed_ops::<B>(&autocast::policy_of::<B>(&tensor))
+        && let Some(ops) = context::of::<B>(&tensor).routed_ops()
     {
         return match pick(&ops)(tensor) {
             Routed::Ran(out) => out,

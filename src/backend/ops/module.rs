@@ -13,19 +13,19 @@ use burn_tensor::ops::{
 
 use crate::MixedPrecision;
 use crate::backend::autocast;
-use crate::context::{self, with_policy};
+use crate::context::{self, Fp8Use, with_policy};
 use crate::cost::{self, Counted, OpClass};
 use crate::cpu::{ConvGeometry, Routed};
 
-/// Casts the inputs of a compute-class module op to the compute dtype of `$policy` (the
-/// op's, resolved once).
+/// Casts the inputs of a compute-class module op to the compute dtype of `$op` (its
+/// context, resolved once).
 macro_rules! compute_inputs {
-    ($policy:expr; $x:ident $(, $t:ident)* $(; $($opt:ident),+)?) => {
-        let policy = $policy;
-        let target = policy.compute_dtype();
-        let $x = autocast::to_target::<B>($x, target, &policy);
-        $( let $t = autocast::to_target::<B>($t, target, &policy); )*
-        $($( let $opt = $opt.map(|t| autocast::to_target::<B>(t, target, &policy)); )+)?
+    ($op:expr; $x:ident $(, $t:ident)* $(; $($opt:ident),+)?) => {
+        let op = &$op;
+        let target = op.policy.compute_dtype();
+        let $x = autocast::to_target::<B>($x, target, op);
+        $( let $t = autocast::to_target::<B>($t, target, op); )*
+        $($( let $opt = $opt.map(|t| autocast::to_target::<B>(t, target, op)); )+)?
     };
 }
 
@@ -39,9 +39,9 @@ macro_rules! conv_ops {
                 bias: Option<FloatTensor<Self>>,
                 options: $options,
             ) -> FloatTensor<Self> {
-                let op = context::resolve::<B>(&B::float_device(&x));
+                let op = context::resolve::<B>(&B::float_device(&x), Fp8Use::Site);
                 let _op = cost::op(OpClass::Compute, stringify!($name), Some(op.policy.compute_dtype().into()));
-                compute_inputs!(op.policy; x, weight; bias);
+                compute_inputs!(op; x, weight; bias);
                 op.compute(stringify!($name), x, weight, |x, weight| {
                     B::$name(x, weight, bias, options)
                 })
@@ -68,23 +68,24 @@ fn convolution<B: Backend, const N: usize>(
 where
     ConvGeometry: From<ConvOptions<N>>,
 {
-    let op = context::resolve::<B>(&B::float_device(&x));
+    let op = context::resolve::<B>(&B::float_device(&x), Fp8Use::Site);
     let target = op.policy.compute_dtype();
     let _op = cost::op(OpClass::Compute, name, Some(target.into()));
-    let routed = autocast::routed::<B>(&op.policy)
+    let routed = op
+        .routed()
         .filter(|_| op.fp8.is_none())
         .filter(|_| !autocast::any_f64::<B>(&[Some(&x), Some(&weight), bias.as_ref()]));
     let (x, weight, bias) = match routed {
         Some((ops, format)) => {
             let args = (x, weight, bias, ConvGeometry::from(options.clone()));
-            match autocast::conv::<B>(ops, format, args, &op.policy) {
+            match autocast::conv::<B>(ops, format, args, &op) {
                 Ok(out) => return out,
                 Err((x, weight, bias, _)) => (x, weight, bias),
             }
         }
         None => (x, weight, bias),
     };
-    compute_inputs!(op.policy; x, weight; bias);
+    compute_inputs!(op; x, weight; bias);
     op.compute(name, x, weight, |x, weight| inner(x, weight, bias, options))
 }
 
@@ -148,17 +149,18 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         weight: FloatTensor<Self>,
         bias: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
-        let op = context::resolve::<B>(&B::float_device(&x));
+        let op = context::resolve::<B>(&B::float_device(&x), Fp8Use::Site);
         let target = op.policy.compute_dtype();
         let _op = cost::op(OpClass::Compute, "linear", Some(target.into()));
-        let routed = autocast::routed::<B>(&op.policy)
+        let routed = op
+            .routed()
             .filter(|_| !autocast::any_f64::<B>(&[Some(&x), Some(&weight), bias.as_ref()]));
         if routed.is_some() && op.fp8.is_none() {
-            return autocast::linear::<B>(routed, x, weight, bias, &op.policy);
+            return autocast::linear::<B>(routed, x, weight, bias, &op);
         }
-        compute_inputs!(op.policy; x, weight; bias);
+        compute_inputs!(op; x, weight; bias);
         op.compute("linear", x, weight, |x, weight| {
-            autocast::linear::<B>(routed, x, weight, bias, &op.policy)
+            autocast::linear::<B>(routed, x, weight, bias, &op)
         })
     }
 
@@ -199,7 +201,9 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         bias: Option<FloatTensor<Self>>,
         options: DeformConvOptions<2>,
     ) -> FloatTensor<Self> {
-        compute_inputs!(autocast::policy_of::<B>(&x); x, offset, weight; mask, bias);
+        // In the compute dtype, never in FP8 (no FP8 recipe covers deformable convolutions).
+        let op = context::resolve::<B>(&B::float_device(&x), Fp8Use::Never);
+        compute_inputs!(op; x, offset, weight; mask, bias);
         let _op = cost::op(OpClass::Compute, "deform_conv2d", Some(x.dtype()));
         B::deform_conv2d(x, offset, weight, mask, bias, options)
     }
@@ -213,19 +217,19 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         options: AttentionModuleOptions,
     ) -> FloatTensor<Self> {
         let device = B::float_device(&query);
-        let policy = context::policy::<B>(&device);
+        let op = context::resolve::<B>(&device, Fp8Use::Never);
         if B::ad_enabled(&device) {
             // An autodiff backend decomposes attention into matmuls and a softmax anyway;
             // decomposing it here instead sends those ops through the casting rules, so
             // the scores' softmax runs in f32 and the two matmuls in the compute dtype (not
             // in FP8: FP8 recipes leave attention's products in 16 bits, so they run under
             // the same policy without FP8).
-            return with_policy(policy.without_fp8(), || {
+            return with_policy(op.policy.without_fp8(), || {
                 attention_fallback::<Self>(query, key, value, mask, attn_bias, options)
             });
         }
         // Inference keeps the inner backend's fused kernel, fed in the compute dtype.
-        compute_inputs!(policy; query, key, value; attn_bias);
+        compute_inputs!(op; query, key, value; attn_bias);
         let _op = cost::op(OpClass::Compute, "attention", Some(query.dtype()));
         B::attention(query, key, value, mask, attn_bias, options)
     }
@@ -233,10 +237,11 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     /// The lookup runs on the f32 table (only the rows looked up are cast, not the table);
     /// its output joins the other activations in the compute dtype, as in Keras.
     fn embedding(weights: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
-        let policy = autocast::policy_of::<B>(&weights);
-        let target = policy.compute_dtype();
+        // A lookup, no product: never in FP8.
+        let op = context::resolve::<B>(&B::float_device(&weights), Fp8Use::Never);
+        let target = op.policy.compute_dtype();
         let _op = cost::op(OpClass::Compute, "embedding", Some(target.into()));
-        autocast::to_target::<B>(B::embedding(weights, indices), target, &policy)
+        autocast::to_target::<B>(B::embedding(weights, indices), target, &op)
     }
 
     /// Float32 class: on burn-amp's kernels where the policy routes (one op reading `x` in
@@ -248,13 +253,13 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         beta: Option<FloatTensor<Self>>,
         epsilon: f64,
     ) -> FloatTensor<Self> {
-        let policy = autocast::policy_of::<B>(&tensor);
+        let op = context::of::<B>(&tensor);
         let _op = cost::op(
             OpClass::Float32,
             "layer_norm",
             Some(burn_tensor::DType::F32),
         );
-        let (tensor, gamma, beta) = match autocast::routed_ops::<B>(&policy) {
+        let (tensor, gamma, beta) = match op.routed_ops() {
             Some(ops) if !autocast::any_f64::<B>(&[Some(&tensor), Some(&gamma), beta.as_ref()]) => {
                 match (ops.layer_norm)((tensor, gamma, beta, epsilon)) {
                     Routed::Ran(out) => return out,
@@ -263,9 +268,9 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
             }
             _ => (tensor, gamma, beta),
         };
-        let [tensor, gamma] = autocast::to_f32::<B, 2>([tensor, gamma], &policy);
+        let [tensor, gamma] = autocast::to_f32::<B, 2>([tensor, gamma], &op);
         let beta = beta.map(|b| {
-            let [b] = autocast::to_f32::<B, 1>([b], &policy);
+            let [b] = autocast::to_f32::<B, 1>([b], &op);
             b
         });
         B::layer_norm(tensor, gamma, beta, epsilon)
@@ -278,8 +283,8 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         target_lengths: IntTensor<Self>,
         blank: usize,
     ) -> FloatTensor<Self> {
-        let policy = autocast::policy_of::<B>(&log_probs);
-        let [log_probs] = autocast::to_f32::<B, 1>([log_probs], &policy);
+        let op = context::of::<B>(&log_probs);
+        let [log_probs] = autocast::to_f32::<B, 1>([log_probs], &op);
         let _op = cost::op(OpClass::Float32, "ctc_loss", Some(log_probs.dtype()));
         B::ctc_loss(log_probs, targets, input_lengths, target_lengths, blank)
     }
@@ -289,8 +294,8 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         dim: usize,
         n: Option<usize>,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let policy = autocast::policy_of::<B>(&signal);
-        let [signal] = autocast::to_f32::<B, 1>([signal], &policy);
+        let op = context::of::<B>(&signal);
+        let [signal] = autocast::to_f32::<B, 1>([signal], &op);
         let _op = cost::op(OpClass::Float32, "rfft", Some(signal.dtype()));
         B::rfft(signal, dim, n)
     }
@@ -301,8 +306,8 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         dim: usize,
         n: Option<usize>,
     ) -> FloatTensor<Self> {
-        let policy = autocast::policy_of::<B>(&spectrum_re);
-        let [re, im] = autocast::to_f32::<B, 2>([spectrum_re, spectrum_im], &policy);
+        let op = context::of::<B>(&spectrum_re);
+        let [re, im] = autocast::to_f32::<B, 2>([spectrum_re, spectrum_im], &op);
         let _op = cost::op(OpClass::Float32, "irfft", Some(re.dtype()));
         B::irfft(re, im, dim, n)
     }
@@ -318,7 +323,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         output_grad: FloatTensor<Self>,
         options: DeformConvOptions<2>,
     ) -> DeformConv2dBackward<Self> {
-        compute_inputs!(autocast::policy_of::<B>(&x); x, offset, weight, output_grad; mask, bias);
+        compute_inputs!(context::of::<B>(&x); x, offset, weight, output_grad; mask, bias);
         let _op = cost::op(OpClass::Compute, "deform_conv2d_backward", Some(x.dtype()));
         let g = B::deform_conv2d_backward(x, offset, weight, mask, bias, output_grad, options);
         DeformConv2dBackward::new(
@@ -353,8 +358,8 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         output_grad: FloatTensor<Self>,
         indices: IntTensor<Self>,
     ) -> MaxPool1dBackward<Self> {
-        let policy = autocast::policy_of::<B>(&x);
-        let [x, output_grad] = autocast::to_widest::<B, 2>([x, output_grad], &policy);
+        let op = context::of::<B>(&x);
+        let [x, output_grad] = autocast::to_widest::<B, 2>([x, output_grad], &op);
         let _op = cost::op(
             OpClass::Promote,
             "max_pool1d_with_indices_backward",
@@ -396,8 +401,8 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         output_grad: FloatTensor<Self>,
         indices: IntTensor<Self>,
     ) -> MaxPool2dBackward<Self> {
-        let policy = autocast::policy_of::<B>(&x);
-        let [x, output_grad] = autocast::to_widest::<B, 2>([x, output_grad], &policy);
+        let op = context::of::<B>(&x);
+        let [x, output_grad] = autocast::to_widest::<B, 2>([x, output_grad], &op);
         let _op = cost::op(
             OpClass::Promote,
             "max_pool2d_with_indices_backward",
@@ -430,8 +435,8 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         grad_loss: FloatTensor<Self>,
         blank: usize,
     ) -> FloatTensor<Self> {
-        let policy = autocast::policy_of::<B>(&log_probs);
-        let [log_probs, grad_loss] = autocast::to_f32::<B, 2>([log_probs, grad_loss], &policy);
+        let op = context::of::<B>(&log_probs);
+        let [log_probs, grad_loss] = autocast::to_f32::<B, 2>([log_probs, grad_loss], &op);
         let _op = cost::op(
             OpClass::Float32,
             "ctc_loss_backward",

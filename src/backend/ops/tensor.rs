@@ -14,7 +14,7 @@ use burn_amp_kernels::cpu::nn::BinaryOp;
 
 use crate::MixedPrecision;
 use crate::backend::autocast;
-use crate::context;
+use crate::context::{self, Fp8Use, OpContext};
 use crate::cost::{self, Counted, OpClass};
 
 /// Under a policy whose variables are not f32 (`float16`, `bfloat16`), a float tensor
@@ -149,25 +149,28 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     /// Compute class; under an FP8 policy both operands are rounded to E4M3 first. On
     /// burn-amp's kernels (Flex) the operands are not cast: they are rounded while packed.
     fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        let op = context::resolve::<B>(&B::float_device(&lhs));
+        let op = context::resolve::<B>(&B::float_device(&lhs), Fp8Use::Site);
         let target = op.policy.compute_dtype();
         let _op = cost::op(OpClass::Compute, "float_matmul", Some(target.into()));
-        let routed = autocast::routed::<B>(&op.policy)
+        let routed = op
+            .routed()
             .filter(|_| !autocast::any_f64::<B>(&[Some(&lhs), Some(&rhs)]));
         if routed.is_some() && op.fp8.is_none() {
-            return autocast::matmul::<B>(routed, lhs, rhs, &op.policy);
+            return autocast::matmul::<B>(routed, lhs, rhs, &op);
         }
-        let [lhs, rhs] = [lhs, rhs].map(|t| autocast::to_target::<B>(t, target, &op.policy));
+        let [lhs, rhs] = [lhs, rhs].map(|t| autocast::to_target::<B>(t, target, &op));
         op.compute("matmul", lhs, rhs, |lhs, rhs| {
-            autocast::matmul::<B>(routed, lhs, rhs, &op.policy)
+            autocast::matmul::<B>(routed, lhs, rhs, &op)
         })
     }
 
     /// On burn-amp's vectorised casts where the backend has them (Flex).
     fn float_cast(tensor: FloatTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {
         let _op = cost::op(OpClass::Forwarded, "float_cast", Some(dtype.into()));
-        let kernels = context::current(&B::float_device(&tensor)).kernels();
-        autocast::convert::<B>(tensor, dtype, kernels)
+        // Only the policy's kernels are asked (unchecked): a cast the user asks for is not one
+        // of the policy's and runs on any backend.
+        let op = OpContext::<B>::new(context::current(&B::float_device(&tensor)));
+        autocast::convert::<B>(tensor, dtype, op.kernels())
     }
 
     /// A tensor made a variable (a `Param`, or an optimizer's updated parameter) in f32
@@ -178,8 +181,8 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     fn float_set_require_grad(tensor: FloatTensor<Self>, require_grad: bool) -> FloatTensor<Self> {
         let _op = cost::forwarded("float_set_require_grad");
         let tensor = if require_grad && autocast::dtype::<B>(&tensor) == FloatDType::F32 {
-            let policy = autocast::policy_of::<B>(&tensor);
-            autocast::cast::<B>(tensor, policy.variable_dtype(), &policy)
+            let op = context::of::<B>(&tensor);
+            autocast::cast::<B>(tensor, op.policy.variable_dtype(), &op)
         } else {
             tensor
         };
@@ -190,12 +193,12 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         let _op = cost::op(OpClass::Create, "float_from_data", None);
         let requested = FloatDType::from(data.dtype);
         let tensor = B::float_from_data(data, device);
-        let policy = context::policy::<B>(device);
+        let op = context::resolve::<B>(device, Fp8Use::Never);
         let dtype = match requested {
-            FloatDType::F32 => policy.variable_dtype(),
+            FloatDType::F32 => op.policy.variable_dtype(),
             other => other,
         };
-        autocast::cast::<B>(tensor, dtype, &policy)
+        autocast::cast::<B>(tensor, dtype, &op)
     }
 
     /// Promote class; 16-bit operands on burn-amp's kernels where the policy routes.
@@ -270,7 +273,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         if let Distribution::Bernoulli(p) = distribution
             && (0.0..=1.0).contains(&p)
             && dtype != FloatDType::F64
-            && let Some(ops) = autocast::routed_ops::<B>(&context::policy::<B>(device))
+            && let Some(ops) = context::resolve::<B>(device, Fp8Use::Never).routed_ops()
         {
             return (ops.bernoulli)(shape, p, dtype.into());
         }
@@ -281,7 +284,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     /// first on burn-amp's layout kernel (with its own backward pass).
     fn float_reshape(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self> {
         let _op = cost::forwarded("float_reshape");
-        let tensor = match autocast::routed_ops::<B>(&autocast::policy_of::<B>(&tensor)) {
+        let tensor = match context::of::<B>(&tensor).routed_ops() {
             Some(ops) => (ops.contiguous)(tensor),
             None => tensor,
         };
@@ -291,7 +294,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     /// Forwarded (a view); where the policy routes, its gradient comes back contiguous.
     fn float_swap_dims(tensor: FloatTensor<Self>, dim1: usize, dim2: usize) -> FloatTensor<Self> {
         let _op = cost::forwarded("float_swap_dims");
-        match autocast::routed_ops::<B>(&autocast::policy_of::<B>(&tensor)) {
+        match context::of::<B>(&tensor).routed_ops() {
             Some(ops) => (ops.swap_dims)(tensor, dim1, dim2),
             None => B::float_swap_dims(tensor, dim1, dim2),
         }
@@ -332,8 +335,8 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         let Some(first) = tensors.first() else {
             return B::float_cat(tensors, dim);
         };
-        let policy = autocast::policy_of::<B>(first);
-        B::float_cat(autocast::vec_to_widest::<B>(tensors, &policy), dim)
+        let op = context::of::<B>(first);
+        B::float_cat(autocast::vec_to_widest::<B>(tensors, &op), dim)
     }
 
     fn float_mask_where(
@@ -341,8 +344,8 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         mask: BoolTensor<Self>,
         value: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        let policy = autocast::policy_of::<B>(&tensor);
-        let [tensor, value] = autocast::to_widest::<B, 2>([tensor, value], &policy);
+        let op = context::of::<B>(&tensor);
+        let [tensor, value] = autocast::to_widest::<B, 2>([tensor, value], &op);
         let _op = cost::op(OpClass::Promote, "float_mask_where", Some(tensor.dtype()));
         B::float_mask_where(tensor, mask, value)
     }
@@ -352,8 +355,8 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         slices: &[Slice],
         value: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        let policy = autocast::policy_of::<B>(&tensor);
-        let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value], &policy);
+        let op = context::of::<B>(&tensor);
+        let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value], &op);
         let _op = cost::op(
             autocast::class::to_dtype_of_first,
             "float_slice_assign",
@@ -368,8 +371,8 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         indices: IntTensor<Self>,
         value: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        let policy = autocast::policy_of::<B>(&tensor);
-        let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value], &policy);
+        let op = context::of::<B>(&tensor);
+        let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value], &op);
         let _op = cost::op(
             autocast::class::to_dtype_of_first,
             "float_scatter_add",
@@ -384,8 +387,8 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         indices: IntTensor<Self>,
         value: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        let policy = autocast::policy_of::<B>(&tensor);
-        let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value], &policy);
+        let op = context::of::<B>(&tensor);
+        let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value], &op);
         let _op = cost::op(autocast::class::to_dtype_of_first, "float_select_add", None);
         B::float_select_add(tensor, dim, indices, value)
     }
@@ -396,8 +399,8 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         values: FloatTensor<Self>,
         reduction: IndexingUpdateOp,
     ) -> FloatTensor<Self> {
-        let policy = autocast::policy_of::<B>(&data);
-        let [data, values] = autocast::to_dtype_of_first::<B, 2>([data, values], &policy);
+        let op = context::of::<B>(&data);
+        let [data, values] = autocast::to_dtype_of_first::<B, 2>([data, values], &op);
         let _op = cost::op(autocast::class::to_dtype_of_first, "float_scatter_nd", None);
         B::float_scatter_nd(data, indices, values, reduction)
     }
