@@ -649,3 +649,43 @@ fn the_cost_report_counts_each_op_in_the_class_of_its_row() {
         }
     }
 }
+
+#[test]
+fn a_synced_profile_syncs_around_every_op_and_not_inside_its_own_sync() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use burn_amp::cost::{profile, profile_synced};
+
+    type B = MixedPrecision<Flex>;
+    let device = Default::default();
+    let x = Tensor::<B, 2>::ones([4, 4], &device);
+    let syncs = Arc::new(AtomicUsize::new(0));
+    let counted = syncs.clone();
+    // A sync that runs an op of the decorator itself: it must not be synced again.
+    let sync = move || {
+        counted.fetch_add(1, Ordering::Relaxed);
+        let _ = Tensor::<B, 1>::ones([1], &Default::default()).exp();
+    };
+    let (_, synced) = profile_synced(sync, || x.clone().matmul(x).exp().sum());
+    // The sync's own ops (`float_ones`, `float_exp`) are recorded too; these are not its.
+    let calls = |op: &str| {
+        synced
+            .entries()
+            .filter(|e| e.op == op)
+            .map(|e| e.calls)
+            .sum::<u64>()
+    };
+    assert_eq!(
+        (calls("float_matmul"), calls("float_sum")),
+        (1, 1),
+        "{synced}"
+    );
+    // Once before the profile, before and after each of the three ops, once at its end;
+    // none around the ops a sync runs.
+    assert_eq!(syncs.load(Ordering::Relaxed), 8, "{synced}");
+    // Unsynced, the same work calls nothing.
+    let before = syncs.load(Ordering::Relaxed);
+    let _ = profile(|| Tensor::<B, 2>::ones([4, 4], &device).exp());
+    assert_eq!(syncs.load(Ordering::Relaxed), before);
+}

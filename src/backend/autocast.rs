@@ -60,9 +60,10 @@ pub(crate) fn cast<B: Backend>(
     op: &OpContext<B>,
 ) -> FloatTensor<B> {
     let from = tensor.dtype();
-    if FloatDType::from(from) != dtype {
-        cost::cast(from, DType::from(dtype), tensor.shape().num_elements());
+    if FloatDType::from(from) == dtype {
+        return tensor;
     }
+    cost::cast(from, DType::from(dtype), tensor.shape().num_elements());
     convert::<B>(tensor, dtype, op.kernels())
 }
 

@@ -12,8 +12,8 @@ use crate::cpu::{self, RoutedOps};
 use crate::fp8::training::Fp8Site;
 use crate::policy::{Kernels, Policy};
 
-/// Whether an op's products may go through the FP8 site under an FP8 policy: each op says
-/// so where it resolves its context. Matmul, linear and the convolutions do; attention's
+/// Whether an op's products may go through the FP8 site under an FP8 policy: each compute
+/// op's row of the class table says so (`ComputeOp` in `backend/ops`); other ops never do. Matmul, linear and the convolutions do; attention's
 /// products, embeddings and deformable convolutions stay in the 16-bit compute dtype
 /// (Transformer Engine's default recipes, too, quantize the GEMMs of linear layers and leave
 /// attention's in 16 bits).

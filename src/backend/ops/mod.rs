@@ -10,7 +10,53 @@ mod qtensor;
 mod tensor;
 mod transaction;
 
-use crate::cost::Counted;
+use burn_tensor::DType;
+use burn_tensor::backend::Backend;
+
+use crate::context::{self, Fp8Use, OpContext};
+use crate::cost::{self, Counted, OpClass};
+
+/// A compute-class op written out by hand (not in a `forward!`/`autocast!` table): its row
+/// of the class table and whether its products go through the FP8 site under an FP8
+/// policy, stated once, in its file's list of these rows; the op and the table both read it.
+#[derive(Clone, Copy, Debug)]
+struct ComputeOp {
+    name: &'static str,
+    fp8: Fp8Use,
+}
+
+impl ComputeOp {
+    /// An op whose products run in FP8 under an FP8 policy.
+    const fn fp8(name: &'static str) -> Self {
+        Self {
+            name,
+            fp8: Fp8Use::Site,
+        }
+    }
+
+    /// An op that stays in the compute dtype under an FP8 policy.
+    const fn no_fp8(name: &'static str) -> Self {
+        Self {
+            name,
+            fp8: Fp8Use::Never,
+        }
+    }
+
+    /// What the op runs under on `device`.
+    fn resolve<B: Backend>(self, device: &B::Device) -> OpContext<B> {
+        context::resolve::<B>(device, self.fp8)
+    }
+
+    /// Counts the op in the cost report (and times it), running in `dtype`.
+    fn record(self, dtype: Option<DType>) -> cost::Timed {
+        cost::op(OpClass::Compute, self.name, dtype)
+    }
+
+    /// Its row of the class table.
+    fn row(self) -> (&'static str, Counted) {
+        (self.name, Counted::Op(OpClass::Compute))
+    }
+}
 
 /// The class table: every op of Burn's backend traits that
 /// [`MixedPrecision`](crate::MixedPrecision) implements, with how the cost report

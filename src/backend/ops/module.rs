@@ -11,11 +11,28 @@ use burn_tensor::ops::{
     MaxPool1dWithIndices, MaxPool2dBackward, MaxPool2dWithIndices, ModuleOps, UnfoldOptions,
 };
 
+use super::ComputeOp;
 use crate::MixedPrecision;
 use crate::backend::autocast;
-use crate::context::{self, Fp8Use, with_policy};
+use crate::context::{self, with_policy};
 use crate::cost::{self, Counted, OpClass};
 use crate::cpu::{ConvGeometry, Routed};
+
+/// The compute-class ops of `ModuleOps` written out below, and whether each takes FP8:
+/// products of linear layers and convolutions do; attention's products stay in 16 bits (as
+/// in Transformer Engine's default recipes), an embedding is a lookup, and no FP8 recipe
+/// covers deformable convolutions.
+const LINEAR: ComputeOp = ComputeOp::fp8("linear");
+const CONV1D: ComputeOp = ComputeOp::fp8("conv1d");
+const CONV2D: ComputeOp = ComputeOp::fp8("conv2d");
+const CONV3D: ComputeOp = ComputeOp::fp8("conv3d");
+const CONV_TRANSPOSE1D: ComputeOp = ComputeOp::fp8("conv_transpose1d");
+const CONV_TRANSPOSE2D: ComputeOp = ComputeOp::fp8("conv_transpose2d");
+const CONV_TRANSPOSE3D: ComputeOp = ComputeOp::fp8("conv_transpose3d");
+const DEFORM_CONV2D: ComputeOp = ComputeOp::no_fp8("deform_conv2d");
+const DEFORM_CONV2D_BACKWARD: ComputeOp = ComputeOp::no_fp8("deform_conv2d_backward");
+const ATTENTION: ComputeOp = ComputeOp::no_fp8("attention");
+const EMBEDDING: ComputeOp = ComputeOp::no_fp8("embedding");
 
 /// Casts the inputs of a compute-class module op to the compute dtype of `$op` (its
 /// context, resolved once).
@@ -31,7 +48,7 @@ macro_rules! compute_inputs {
 
 /// Convolutions: `x`, `weight` and `bias` to the compute dtype.
 macro_rules! conv_ops {
-    ($( fn $name:ident(x, weight, bias; options: $options:ty); )*) => {
+    ($( fn $name:ident(x, weight, bias; options: $options:ty) = $row:ident; )*) => {
         $(
             fn $name(
                 x: FloatTensor<Self>,
@@ -39,8 +56,8 @@ macro_rules! conv_ops {
                 bias: Option<FloatTensor<Self>>,
                 options: $options,
             ) -> FloatTensor<Self> {
-                let op = context::resolve::<B>(&B::float_device(&x), Fp8Use::Site);
-                let _op = cost::op(OpClass::Compute, stringify!($name), Some(op.policy.compute_dtype().into()));
+                let op = $row.resolve::<B>(&B::float_device(&x));
+                let _op = $row.record(Some(op.policy.compute_dtype().into()));
                 compute_inputs!(op; x, weight; bias);
                 op.compute(stringify!($name), x, weight, |x, weight| {
                     B::$name(x, weight, bias, options)
@@ -58,7 +75,7 @@ type ConvOp<B, const N: usize> =
 /// routes and they take it (no FP8 site), else its inputs cast and the backend's op (or
 /// the FP8 site's).
 fn convolution<B: Backend, const N: usize>(
-    name: &'static str,
+    row: ComputeOp,
     x: FloatTensor<B>,
     weight: FloatTensor<B>,
     bias: Option<FloatTensor<B>>,
@@ -68,9 +85,9 @@ fn convolution<B: Backend, const N: usize>(
 where
     ConvGeometry: From<ConvOptions<N>>,
 {
-    let op = context::resolve::<B>(&B::float_device(&x), Fp8Use::Site);
+    let op = row.resolve::<B>(&B::float_device(&x));
     let target = op.policy.compute_dtype();
-    let _op = cost::op(OpClass::Compute, name, Some(target.into()));
+    let _op = row.record(Some(target.into()));
     let routed = op
         .routed()
         .filter(|_| op.fp8.is_none())
@@ -86,7 +103,9 @@ where
         None => (x, weight, bias),
     };
     compute_inputs!(op; x, weight; bias);
-    op.compute(name, x, weight, |x, weight| inner(x, weight, bias, options))
+    op.compute(row.name, x, weight, |x, weight| {
+        inner(x, weight, bias, options)
+    })
 }
 
 /// The backward helpers of `ModuleOps` that apply one casting rule (see the impl).
@@ -149,9 +168,9 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         weight: FloatTensor<Self>,
         bias: Option<FloatTensor<Self>>,
     ) -> FloatTensor<Self> {
-        let op = context::resolve::<B>(&B::float_device(&x), Fp8Use::Site);
+        let op = LINEAR.resolve::<B>(&B::float_device(&x));
         let target = op.policy.compute_dtype();
-        let _op = cost::op(OpClass::Compute, "linear", Some(target.into()));
+        let _op = LINEAR.record(Some(target.into()));
         let routed = op
             .routed()
             .filter(|_| !autocast::any_f64::<B>(&[Some(&x), Some(&weight), bias.as_ref()]));
@@ -159,7 +178,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
             return autocast::linear::<B>(routed, x, weight, bias, &op);
         }
         compute_inputs!(op; x, weight; bias);
-        op.compute("linear", x, weight, |x, weight| {
+        op.compute(LINEAR.name, x, weight, |x, weight| {
             autocast::linear::<B>(routed, x, weight, bias, &op)
         })
     }
@@ -173,7 +192,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         bias: Option<FloatTensor<Self>>,
         options: ConvOptions<1>,
     ) -> FloatTensor<Self> {
-        convolution::<B, 1>("conv1d", x, weight, bias, options, B::conv1d)
+        convolution::<B, 1>(CONV1D, x, weight, bias, options, B::conv1d)
     }
 
     /// Compute class, as [`conv1d`](Self::conv1d).
@@ -183,14 +202,14 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         bias: Option<FloatTensor<Self>>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Self> {
-        convolution::<B, 2>("conv2d", x, weight, bias, options, B::conv2d)
+        convolution::<B, 2>(CONV2D, x, weight, bias, options, B::conv2d)
     }
 
     conv_ops! {
-        fn conv3d(x, weight, bias; options: ConvOptions<3>);
-        fn conv_transpose1d(x, weight, bias; options: ConvTransposeOptions<1>);
-        fn conv_transpose2d(x, weight, bias; options: ConvTransposeOptions<2>);
-        fn conv_transpose3d(x, weight, bias; options: ConvTransposeOptions<3>);
+        fn conv3d(x, weight, bias; options: ConvOptions<3>) = CONV3D;
+        fn conv_transpose1d(x, weight, bias; options: ConvTransposeOptions<1>) = CONV_TRANSPOSE1D;
+        fn conv_transpose2d(x, weight, bias; options: ConvTransposeOptions<2>) = CONV_TRANSPOSE2D;
+        fn conv_transpose3d(x, weight, bias; options: ConvTransposeOptions<3>) = CONV_TRANSPOSE3D;
     }
 
     fn deform_conv2d(
@@ -201,10 +220,9 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         bias: Option<FloatTensor<Self>>,
         options: DeformConvOptions<2>,
     ) -> FloatTensor<Self> {
-        // In the compute dtype, never in FP8 (no FP8 recipe covers deformable convolutions).
-        let op = context::resolve::<B>(&B::float_device(&x), Fp8Use::Never);
+        let op = DEFORM_CONV2D.resolve::<B>(&B::float_device(&x));
         compute_inputs!(op; x, offset, weight; mask, bias);
-        let _op = cost::op(OpClass::Compute, "deform_conv2d", Some(x.dtype()));
+        let _op = DEFORM_CONV2D.record(Some(x.dtype()));
         B::deform_conv2d(x, offset, weight, mask, bias, options)
     }
 
@@ -217,7 +235,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         options: AttentionModuleOptions,
     ) -> FloatTensor<Self> {
         let device = B::float_device(&query);
-        let op = context::resolve::<B>(&device, Fp8Use::Never);
+        let op = ATTENTION.resolve::<B>(&device);
         if B::ad_enabled(&device) {
             // An autodiff backend decomposes attention into matmuls and a softmax anyway;
             // decomposing it here instead sends those ops through the casting rules, so
@@ -230,17 +248,16 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         }
         // Inference keeps the inner backend's fused kernel, fed in the compute dtype.
         compute_inputs!(op; query, key, value; attn_bias);
-        let _op = cost::op(OpClass::Compute, "attention", Some(query.dtype()));
+        let _op = ATTENTION.record(Some(query.dtype()));
         B::attention(query, key, value, mask, attn_bias, options)
     }
 
     /// The lookup runs on the f32 table (only the rows looked up are cast, not the table);
     /// its output joins the other activations in the compute dtype, as in Keras.
     fn embedding(weights: FloatTensor<Self>, indices: IntTensor<Self>) -> FloatTensor<Self> {
-        // A lookup, no product: never in FP8.
-        let op = context::resolve::<B>(&B::float_device(&weights), Fp8Use::Never);
+        let op = EMBEDDING.resolve::<B>(&B::float_device(&weights));
         let target = op.policy.compute_dtype();
-        let _op = cost::op(OpClass::Compute, "embedding", Some(target.into()));
+        let _op = EMBEDDING.record(Some(target.into()));
         autocast::to_target::<B>(B::embedding(weights, indices), target, &op)
     }
 
@@ -323,8 +340,9 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         output_grad: FloatTensor<Self>,
         options: DeformConvOptions<2>,
     ) -> DeformConv2dBackward<Self> {
-        compute_inputs!(context::of::<B>(&x); x, offset, weight, output_grad; mask, bias);
-        let _op = cost::op(OpClass::Compute, "deform_conv2d_backward", Some(x.dtype()));
+        let op = DEFORM_CONV2D_BACKWARD.resolve::<B>(&B::float_device(&x));
+        compute_inputs!(op; x, offset, weight, output_grad; mask, bias);
+        let _op = DEFORM_CONV2D_BACKWARD.record(Some(x.dtype()));
         let g = B::deform_conv2d_backward(x, offset, weight, mask, bias, output_grad, options);
         DeformConv2dBackward::new(
             g.x_grad,
@@ -459,28 +477,32 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
 pub(super) fn classes() -> Vec<(&'static str, Counted)> {
     use Counted::Op;
     use OpClass::*;
-    let mut rows = vec![
-        ("linear", Op(Compute)),
-        ("conv1d", Op(Compute)),
-        ("conv2d", Op(Compute)),
-        ("conv3d", Op(Compute)),
-        ("conv_transpose1d", Op(Compute)),
-        ("conv_transpose2d", Op(Compute)),
-        ("conv_transpose3d", Op(Compute)),
-        ("deform_conv2d", Op(Compute)),
-        ("attention", Op(Compute)),
-        ("embedding", Op(Compute)),
+    let mut rows: Vec<_> = [
+        LINEAR,
+        CONV1D,
+        CONV2D,
+        CONV3D,
+        CONV_TRANSPOSE1D,
+        CONV_TRANSPOSE2D,
+        CONV_TRANSPOSE3D,
+        DEFORM_CONV2D,
+        DEFORM_CONV2D_BACKWARD,
+        ATTENTION,
+        EMBEDDING,
+    ]
+    .map(ComputeOp::row)
+    .into();
+    rows.extend([
         ("layer_norm", Op(Float32)),
         ("ctc_loss", Op(Float32)),
         ("rfft", Op(Float32)),
         ("irfft", Op(Float32)),
-        ("deform_conv2d_backward", Op(Compute)),
         ("max_pool1d_with_indices", Op(Forwarded)),
         ("max_pool1d_with_indices_backward", Op(Promote)),
         ("max_pool2d_with_indices", Op(Forwarded)),
         ("max_pool2d_with_indices_backward", Op(Promote)),
         ("ctc_loss_backward", Op(Float32)),
-    ];
+    ]);
     rows.extend(module_autocast!(autocast_classes));
     rows.extend(module_forwarded!(forward_classes));
     rows

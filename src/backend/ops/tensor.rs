@@ -12,6 +12,7 @@ use burn_tensor::{
 
 use burn_amp_kernels::cpu::nn::BinaryOp;
 
+use super::ComputeOp;
 use crate::MixedPrecision;
 use crate::backend::autocast;
 use crate::context::{self, Fp8Use, OpContext};
@@ -25,6 +26,9 @@ fn creation_dtype<B: Backend>(device: &B::Device, requested: FloatDType) -> Floa
         other => other,
     }
 }
+
+/// The compute-class ops of `FloatTensorOps` written out below.
+const MATMUL: ComputeOp = ComputeOp::fp8("float_matmul");
 
 /// The ops of `FloatTensorOps` that apply one casting rule.
 macro_rules! float_autocast {
@@ -149,9 +153,9 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     /// Compute class; under an FP8 policy both operands are rounded to E4M3 first. On
     /// burn-amp's kernels (Flex) the operands are not cast: they are rounded while packed.
     fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        let op = context::resolve::<B>(&B::float_device(&lhs), Fp8Use::Site);
+        let op = MATMUL.resolve::<B>(&B::float_device(&lhs));
         let target = op.policy.compute_dtype();
-        let _op = cost::op(OpClass::Compute, "float_matmul", Some(target.into()));
+        let _op = MATMUL.record(Some(target.into()));
         let routed = op
             .routed()
             .filter(|_| !autocast::any_f64::<B>(&[Some(&lhs), Some(&rhs)]));
@@ -415,7 +419,7 @@ pub(super) fn classes() -> Vec<(&'static str, Counted)> {
     use Counted::Op;
     use OpClass::*;
     let mut rows = vec![
-        ("float_matmul", Op(Compute)),
+        MATMUL.row(),
         ("float_cast", Op(Forwarded)),
         ("float_set_require_grad", Op(Forwarded)),
         ("float_from_data", Op(Create)),
