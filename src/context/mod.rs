@@ -1,11 +1,13 @@
 //! One context: where an op of [`MixedPrecision`](crate::MixedPrecision) learns what it runs
-//! under. An op asks once, with its device, and gets values back:
+//! under. An op asks once, with its device, and gets one value back, an `OpContext`:
 //!
 //! - its [`Policy`]: a scoped one ([`with_policy`]), else the device's
 //!   ([`MixedPrecision::set_policy`](crate::MixedPrecision::set_policy)), else the global
 //!   one ([`set_global_policy`]), else `float32`; checked against the backend;
-//! - under an FP8 policy, its FP8 site: the backend's registered FP8 operations, the
-//!   policy's scaling, and the numerics report being recorded, if any;
+//! - under an FP8 policy, for an op whose row takes FP8, its FP8 site: the backend's
+//!   registered FP8 operations, the policy's scaling, and the numerics report being
+//!   recorded, if any;
+//! - the backend's burn-amp kernels, where it has them and the policy lets them run;
 //! - for a backward pass, the loss scale bound to the device: the device's own automatic
 //!   [`LossScaleOptimizer`](crate::LossScaleOptimizer), else the default one.
 //!

@@ -98,7 +98,7 @@ pub struct RowChunks {
 }
 
 /// How a chunked sum runs, fixed when its kernel is compiled: over `input` alone or the
-/// products `input * other` (`product`), in accumulator `mode` (see [`add`]), rounding
+/// products `input * other` (`product`), in accumulator `mode` (see [`add`](fn@add)), rounding
 /// stochastically or not, its loop unrolled by `unroll`.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct SumSettings {
@@ -118,7 +118,7 @@ pub struct MatmulDims {
 }
 
 /// How a chunked matrix product accumulates, fixed when its kernel is compiled: chunks in
-/// `mode`, chunk sums combined in `combine` (see [`add`]), rounding stochastically or not.
+/// `mode`, chunk sums combined in `combine` (see [`add`](fn@add)), rounding stochastically or not.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct MatmulSettings {
     pub mode: u32,
@@ -139,7 +139,7 @@ pub struct Fp8MatmulDims {
 }
 
 /// How a block-scaled FP8 product runs, fixed when its kernel is compiled: the FP8
-/// format's mantissa width `m_bits`, the accumulator `mode` (see [`add`]), and whether each
+/// format's mantissa width `m_bits`, the accumulator `mode` (see [`add`](fn@add)), and whether each
 /// window is promoted to f32.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Fp8MatmulSettings {
