@@ -67,3 +67,6 @@ pub use loss_scale::{LossScaleMetric, SkippedStepsMetric};
 pub use optim::{FusedAdamW, FusedAdamWConfig};
 pub use policy::{IntoPolicy, Kernels, Policy, PolicyError};
 pub use probe::{BackendUnavailable, probe_backend};
+#[doc(hidden)]
+pub use registry::BackendKernels;
+pub use registry::{KernelBackend, register};

@@ -139,7 +139,7 @@ fn a_backend_without_registered_fp8_ops_is_refused_until_registered() {
     }
     // Plain mixed precision is not affected.
     MixedPrecision::<Autodiff<Inner>>::set_policy(&device, "mixed_bfloat16").unwrap();
-    burn_amp::fp8::training::register::<Inner>();
+    burn_amp::register::<Inner>();
     MixedPrecision::<Autodiff<Inner>>::set_policy(&device, "float8_from_mixed_bfloat16").unwrap();
     MixedPrecision::<Autodiff<Inner>>::clear_policy(&device);
 }

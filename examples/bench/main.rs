@@ -16,6 +16,7 @@ mod report;
 #[path = "../common/section.rs"]
 mod section;
 mod stats;
+mod step_profile;
 mod training;
 
 use burn::backend::{Autodiff, Flex, Wgpu};

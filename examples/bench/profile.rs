@@ -3,13 +3,12 @@
 //! Burn user had before burn-amp's kernels for these ops) and under mixed_bfloat16 with
 //! them (`kernels=auto`, the default).
 
-use std::fmt::Write as _;
-
 use burn::backend::{Autodiff, Flex};
-use burn_amp::{MixedPrecision, Policy, cost};
+use burn_amp::{Policy, cost};
 
-use crate::models::{Opt, Workload, mixed_with};
+use crate::models::{Step, Workload};
 use crate::progress;
+use crate::step_profile::{Profiling, step_profile};
 
 /// The tables, as Markdown.
 pub fn section(workloads: &[Workload], runs: usize) -> String {
@@ -30,28 +29,22 @@ pub fn section(workloads: &[Workload], runs: usize) -> String {
         ),
         ("mixed_bfloat16", "mixed_bfloat16"),
     ];
+    let how = Profiling {
+        profile: |step: &mut dyn Step| cost::profile(|| step.phases()).1,
+        profiled_warm_ups: 0,
+        runs,
+        per: "a step",
+    };
     for workload in workloads {
         for (label, spec) in configs {
             progress(&format!("profile: {} under {label}", workload.describe()));
             let policy: Policy = spec.parse().expect("a valid policy");
-            MixedPrecision::<B>::set_policy(&device, policy).expect("Flex runs it");
-            let mut step = mixed_with::<B>(*workload, &device, Opt::FusedAdam);
-            step.phases();
-            // One profile a step: each starts in the forward phase.
-            let mut profile = cost::Profile::default();
-            for _ in 0..runs {
-                let (_, one) = cost::profile(|| step.phases());
-                profile.absorb(&one);
-            }
-            drop(step);
-            MixedPrecision::<B>::clear_policy(&device);
-            let _ = writeln!(
-                md,
-                "\n**{}, {label}**: {:.1} ms a step\n",
-                workload.describe(),
-                profile.total().as_secs_f64() * 1e3 / runs as f64
-            );
-            md.push_str(&profile.table(runs as u32, 0.01));
+            md.push_str(&step_profile::<B, _>(
+                &device,
+                *workload,
+                (label, policy),
+                &how,
+            ));
         }
     }
     md

@@ -40,6 +40,8 @@ mod report;
 mod section;
 #[path = "../bench/stats.rs"]
 mod stats;
+#[path = "../bench/step_profile.rs"]
+mod step_profile;
 #[path = "../bench/training.rs"]
 mod training;
 

@@ -3,12 +3,11 @@
 //! synced around every op (so each op is charged its own device time; Burn's fusion fuses
 //! nothing then, and a profiled step is slower than an unsynced one).
 
-use std::fmt::Write as _;
-
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn_amp::{MixedPrecision, cost};
+use burn_amp::{Policy, cost};
 
-use crate::models::{Opt, Workload, mixed_with};
+use crate::models::{Step, Workload};
+use crate::step_profile::{Profiling, step_profile};
 
 /// The profile tables of `workloads` under `policies` on `B` (an autodiff backend), as
 /// Markdown: `runs` steps profiled after two warm-up steps (one unsynced, one synced).
@@ -27,39 +26,32 @@ pub fn section<B: AutodiffBackend>(
          (nothing fused), so a profiled step takes longer than an unsynced one. Ops under 1% of the step \
          are summed as `other ops`.\n"
     );
+    let how = Profiling {
+        profile: |step: &mut dyn Step| {
+            let sync_device = device.clone();
+            let sync = move || {
+                let _ = <B as Backend>::sync(&sync_device);
+            };
+            cost::profile_synced(sync, || step.phases()).1
+        },
+        // Ops run one by one compile (and autotune) other kernels than a fused step does.
+        profiled_warm_ups: 1,
+        runs,
+        per: "a profiled step",
+    };
     for workload in workloads {
         for policy in policies {
             eprintln!(
                 "gpu_suite: profile of {} under {policy} [{backend}]",
                 workload.describe()
             );
-            MixedPrecision::<B>::set_policy(&device, *policy)
-                .expect("the suite's policies run here");
-            let mut step = mixed_with::<B>(*workload, &device, Opt::FusedAdam);
-            let synced = |step: &mut Box<dyn crate::models::Step>| {
-                let sync_device = device.clone();
-                let sync = move || {
-                    let _ = <B as Backend>::sync(&sync_device);
-                };
-                cost::profile_synced(sync, || step.phases()).1
-            };
-            // Warm-up, unsynced then synced: ops run one by one compile (and autotune) other
-            // kernels than a fused step does.
-            step.phases();
-            synced(&mut step);
-            let mut profile = cost::Profile::default();
-            for _ in 0..runs {
-                profile.absorb(&synced(&mut step));
-            }
-            drop(step);
-            MixedPrecision::<B>::clear_policy(&device);
-            let _ = writeln!(
-                md,
-                "\n**{}, {policy}**: {:.1} ms a profiled step\n",
-                workload.describe(),
-                profile.total().as_secs_f64() * 1e3 / runs as f64
-            );
-            md.push_str(&profile.table(runs as u32, 0.01));
+            let parsed: Policy = policy.parse().expect("the suite's policies parse");
+            md.push_str(&step_profile::<B, _>(
+                &device,
+                *workload,
+                (policy, parsed),
+                &how,
+            ));
         }
     }
     md

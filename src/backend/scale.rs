@@ -16,7 +16,8 @@ use burn_tensor::{Shape, Slice, Tensor, TensorData, TensorMetadata, TensorPrimit
 
 use crate::context::{DeviceSlot, DeviceState};
 use crate::cost;
-use crate::cpu::{self, Routed};
+use crate::cpu::Routed;
+use crate::registry;
 
 /// One device's loss-scale state.
 pub(crate) struct DeviceScale<I: Backend> {
@@ -128,7 +129,7 @@ pub(crate) fn times<I: Backend>(tensor: FloatTensor<I>, scale: FloatTensor<I>) -
 pub(crate) fn unscale<I: Backend>(grad: FloatTensor<I>, slot: &DeviceSlot) -> FloatTensor<I> {
     let scale = existing::<I, _>(slot, |s| s.scale())
         .unwrap_or_else(|| panic!("a scaled backward pass left its device state"));
-    let grad = match cpu::routed::<I>().and_then(|ops| ops.unscale) {
+    let grad = match registry::routed::<I>().and_then(|ops| ops.unscale) {
         Some(unscale) => match unscale(grad, &scale) {
             Routed::Ran(grad) => return grad,
             Routed::Declined(grad) => grad,
@@ -141,7 +142,7 @@ pub(crate) fn unscale<I: Backend>(grad: FloatTensor<I>, slot: &DeviceSlot) -> Fl
 
 /// How many values of `grad` are inf or NaN, as a one-value f32 tensor on its device.
 pub(crate) fn count_nonfinite<I: Backend>(grad: &FloatTensor<I>) -> FloatTensor<I> {
-    if let Some(count) = cpu::routed::<I>()
+    if let Some(count) = registry::routed::<I>()
         .and_then(|ops| ops.count_nonfinite)
         .and_then(|count| count(grad))
     {

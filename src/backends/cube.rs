@@ -17,11 +17,12 @@ use burn_amp_kernels::cpu::optim::AdamwStep;
 use burn_amp_kernels::optim::AdamwBuffers;
 
 use crate::accum::AccumBackend;
-use crate::cpu::{AdamwIn, AdamwOut, AdamwState, Routed};
+use crate::cpu::{AdamwIn, AdamwRouted, AdamwState, Routed};
 use crate::dtype::with_float;
 use crate::fp8::Fp8Backend;
 use crate::fp8::backend::composed_fake_quantize;
-use crate::optim::{AdamwKernel, kernel_takes};
+use crate::optim::kernel_takes;
+use crate::registry::{BackendKernels, KernelBackend};
 
 fn output<R: CubeRuntime>(
     like: &CubeTensor<R>,
@@ -202,65 +203,69 @@ where
     }
 }
 
-impl<R, F, I, BT> AdamwKernel for CubeBackend<R, F, I, BT>
+impl<R, F, I, BT> KernelBackend for CubeBackend<R, F, I, BT>
 where
     R: CubeRuntime,
     F: FloatElement,
     I: IntElement,
     BT: BoolElement,
 {
-    fn fused_adamw(
-        param: CubeTensor<R>,
-        grad: CubeTensor<R>,
-        state: AdamwState<CubeTensor<R>>,
-        step: &AdamwStep,
-        found: Option<&CubeTensor<R>>,
-    ) -> Routed<AdamwOut<Self>, AdamwIn<Self>> {
-        let shape = param.meta.shape().clone();
-        let len = shape.num_elements();
-        let takes = kernel_takes(
-            (param.dtype, len),
-            (grad.dtype, grad.meta.shape().num_elements()),
-            [state.m.dtype, state.v.dtype, state.time.dtype],
-            found.map(|f| f.dtype),
-        );
-        let Ok(len32) = u32::try_from(len) else {
-            return Routed::Declined((param, grad, state));
-        };
-        if !takes {
-            return Routed::Declined((param, grad, state));
+    fn kernels() -> BackendKernels<Self> {
+        BackendKernels {
+            adamw: Some(fused_adamw::<R, F, I, BT>),
+            ..Default::default()
         }
-        let [param, grad, m, v, time] =
-            [param, grad, state.m, state.v, state.time].map(into_contiguous);
-        let found = found.map(|f| into_contiguous(f.clone()).handle);
-        let buffers = AdamwBuffers {
-            param: param.handle.clone(),
-            grad: grad.handle.clone(),
-            m: m.handle.clone(),
-            v: v.handle.clone(),
-            time: time.handle.clone(),
-            len: len32,
-        };
-        let out = with_float!(grad.dtype, G => burn_amp_kernels::optim::adamw::<R, G>(
-            &param.client,
-            buffers,
-            found,
-            step,
-        ));
-        let tensor = |handle, shape: Shape| {
-            CubeTensor::new_contiguous(
-                param.client.clone(),
-                param.device.clone(),
-                shape,
-                handle,
-                DType::F32,
-            )
-        };
-        let state = AdamwState {
-            m: tensor(out.m, shape.clone()),
-            v: tensor(out.v, shape.clone()),
-            time: tensor(out.time, Shape::new([1])),
-        };
-        Routed::Ran((tensor(out.param, shape), state))
     }
+}
+
+/// The fused AdamW step on the CubeCL kernel (see `crate::cpu::AdamwFn`).
+fn fused_adamw<R, F, I, BT>(
+    operands: AdamwIn<CubeBackend<R, F, I, BT>>,
+    step: &AdamwStep,
+    found: Option<&CubeTensor<R>>,
+) -> AdamwRouted<CubeBackend<R, F, I, BT>>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    if !kernel_takes::<CubeBackend<R, F, I, BT>>(&operands, found) {
+        return Routed::Declined(operands);
+    }
+    let (param, grad, state) = operands;
+    let shape = param.meta.shape().clone();
+    let len = shape.num_elements() as u32; // at most u32::MAX: checked by kernel_takes
+    let [param, grad, m, v, time] =
+        [param, grad, state.m, state.v, state.time].map(into_contiguous);
+    let found = found.map(|f| into_contiguous(f.clone()).handle);
+    let buffers = AdamwBuffers {
+        param: param.handle.clone(),
+        grad: grad.handle.clone(),
+        m: m.handle.clone(),
+        v: v.handle.clone(),
+        time: time.handle.clone(),
+        len,
+    };
+    let out = with_float!(grad.dtype, G => burn_amp_kernels::optim::adamw::<R, G>(
+        &param.client,
+        buffers,
+        found,
+        step,
+    ));
+    let tensor = |handle, shape: Shape| {
+        CubeTensor::new_contiguous(
+            param.client.clone(),
+            param.device.clone(),
+            shape,
+            handle,
+            DType::F32,
+        )
+    };
+    let state = AdamwState {
+        m: tensor(out.m, shape.clone()),
+        v: tensor(out.v, shape.clone()),
+        time: tensor(out.time, Shape::new([1])),
+    };
+    Routed::Ran((tensor(out.param, shape), state))
 }

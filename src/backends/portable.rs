@@ -1,14 +1,41 @@
-//! The CPU backends take the reference path: the default methods of the kernel traits.
+//! The CPU backends take the reference path: the default methods of the kernel traits;
+//! Flex also has burn-amp's CPU kernels (`crate::cpu`).
 
 use crate::accum::AccumBackend;
 use crate::fp8::Fp8Backend;
+use crate::registry::KernelBackend;
 
 #[cfg(feature = "flex")]
-impl Fp8Backend for burn::backend::Flex {
-    const HOST_MEMORY: bool = true;
+mod flex {
+    use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+    use burn::backend::{Autodiff, Flex};
+
+    use super::*;
+    use crate::cpu::flex;
+    use crate::registry::BackendKernels;
+
+    impl Fp8Backend for Flex {
+        const HOST_MEMORY: bool = true;
+    }
+
+    impl AccumBackend for Flex {}
+
+    impl KernelBackend for Flex {
+        fn kernels() -> BackendKernels<Self> {
+            BackendKernels {
+                routed: Some(flex::ops()),
+                adamw: Some(flex::adamw),
+            }
+        }
+
+        fn autodiff_kernels<C: CheckpointStrategy>() -> BackendKernels<Autodiff<Self, C>> {
+            BackendKernels {
+                routed: Some(flex::autodiff_ops::<C>()),
+                adamw: None,
+            }
+        }
+    }
 }
-#[cfg(feature = "flex")]
-impl AccumBackend for burn::backend::Flex {}
 
 #[cfg(feature = "ndarray")]
 impl Fp8Backend for burn::backend::NdArray {
@@ -16,3 +43,5 @@ impl Fp8Backend for burn::backend::NdArray {
 }
 #[cfg(feature = "ndarray")]
 impl AccumBackend for burn::backend::NdArray {}
+#[cfg(feature = "ndarray")]
+impl KernelBackend for burn::backend::NdArray {}

@@ -1,10 +1,8 @@
 //! The kernel traits for the backends that hand the work to the one they wrap:
 //! [`MixedPrecision<B>`] (the same primitives) and `Autodiff<B>` (the inner primitives; the
-//! results are new leaves: these operations are not differentiated here). Each trait's
-//! methods are written once, in `forward_kernels!`, with how a wrapper unwraps a float
-//! tensor and wraps one back; a wrapper is one line at the end. A new kernel op is its
-//! default method (the portable path), its CubeCL launch (`cube.rs`), its fused
-//! registration (`fusion.rs`) and its line here.
+//! results are new leaves: these operations are not differentiated here). The methods come
+//! from the table of kernel ops (`table.rs`), with how a wrapper unwraps a float tensor and
+//! wraps one back; a wrapper is one line at the end.
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -14,101 +12,60 @@ use burn_amp_kernels::fp8::scale::ScaleRule;
 use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format};
 use burn_tensor::FloatDType;
 use burn_tensor::backend::Backend;
-use burn_tensor::ops::{FloatTensor, IntTensor};
+use burn_tensor::ops::FloatTensor;
 
+use super::table::{kernel_ops, param_ty, return_ty};
 use crate::MixedPrecision;
 use crate::accum::AccumBackend;
 use crate::fp8::Fp8Backend;
+use crate::registry::{BackendKernels, KernelBackend};
 
-/// `Fp8Backend` and `AccumBackend` for `$ty` (with generics `[$g]`), each method `$inner`'s
-/// on the float tensors `$into` unwraps, its float results wrapped by `$from`.
-macro_rules! forward_kernels {
-    ([$($g:tt)*] $ty:ty, $inner:ident, $into:path, $from:path) => {
-        impl<$($g)*> Fp8Backend for $ty
+/// One kernel trait for `$ty` (generics `[$g]`): each method `$inner`'s, on the float
+/// tensors `$into` unwraps, its float results wrapped by `$from`; the trait's constants
+/// `$inner`'s.
+macro_rules! forward {
+    (([$($g:tt)*] $ty:ty, $inner:ident, $into:path, $from:path)
+     $trait:ident [$($c:ident: $cty:ty),*] {
+        $($op:ident($($arg:ident: $kind:tt),*) -> $ret:tt [$($out:tt)*];)*
+    }) => {
+        impl<$($g)*> $trait for $ty
         where
-            $inner: Fp8Backend,
+            $inner: $trait,
         {
-            const HOST_MEMORY: bool = $inner::HOST_MEMORY;
-
-            fn fp8_amax(tensor: FloatTensor<Self>, layout: BlockLayout) -> FloatTensor<Self> {
-                $from($inner::fp8_amax($into(tensor), layout))
-            }
-
-            fn fp8_scales(
-                amax: FloatTensor<Self>,
-                format: Fp8Format,
-                rule: ScaleRule,
-            ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-                let (s, si) = $inner::fp8_scales($into(amax), format, rule);
-                ($from(s), $from(si))
-            }
-
-            fn fp8_quantize(
-                tensor: FloatTensor<Self>,
-                scales: FloatTensor<Self>,
-                layout: BlockLayout,
-                cast: Fp8Cast,
-            ) -> IntTensor<Self> {
-                $inner::fp8_quantize($into(tensor), $into(scales), layout, cast)
-            }
-
-            fn fp8_dequantize(
-                codes: IntTensor<Self>,
-                scale_invs: FloatTensor<Self>,
-                layout: BlockLayout,
-                format: Fp8Format,
-                dtype: FloatDType,
-            ) -> FloatTensor<Self> {
-                $from($inner::fp8_dequantize(codes, $into(scale_invs), layout, format, dtype))
-            }
-
-            fn fp8_fake_quantize(
-                tensor: FloatTensor<Self>,
-                layout: BlockLayout,
-                cast: Fp8Cast,
-                rule: ScaleRule,
-            ) -> FloatTensor<Self> {
-                $from($inner::fp8_fake_quantize($into(tensor), layout, cast, rule))
-            }
+            $(const $c: $cty = $inner::$c;)*
+            $(
+                fn $op($($arg: param_ty!($kind)),*) -> return_ty!($ret) {
+                    let result = $inner::$op($(unwrap_arg!($into, $kind, $arg)),*);
+                    wrap_result!($from, $ret, result)
+                }
+            )*
         }
+    };
+}
 
-        impl<$($g)*> AccumBackend for $ty
-        where
-            $inner: AccumBackend,
-        {
-            fn blocked_row_sums(
-                tensor: FloatTensor<Self>,
-                other: Option<FloatTensor<Self>>,
-                rows: u32,
-                cols: u32,
-                config: AccumConfig,
-            ) -> FloatTensor<Self> {
-                let other = other.map($into);
-                $from($inner::blocked_row_sums($into(tensor), other, rows, cols, config))
-            }
+/// A parameter as the inner backend takes it.
+macro_rules! unwrap_arg {
+    ($into:path, F, $arg:ident) => {
+        $into($arg)
+    };
+    ($into:path, O, $arg:ident) => {
+        $arg.map($into)
+    };
+    ($into:path, $kind:tt, $arg:ident) => {
+        $arg
+    };
+}
 
-            fn blocked_matmul(
-                a: FloatTensor<Self>,
-                b: FloatTensor<Self>,
-                dims: (u32, u32, u32),
-                config: AccumConfig,
-            ) -> FloatTensor<Self> {
-                $from($inner::blocked_matmul($into(a), $into(b), dims, config))
-            }
-
-            fn fp8_block_matmul(
-                a_codes: IntTensor<Self>,
-                a_scale_invs: FloatTensor<Self>,
-                b_codes: IntTensor<Self>,
-                b_scale_invs: FloatTensor<Self>,
-                dims: (u32, u32, u32),
-                format: Fp8Format,
-                config: Fp8MatmulConfig,
-            ) -> FloatTensor<Self> {
-                let (sa, sb) = ($into(a_scale_invs), $into(b_scale_invs));
-                $from($inner::fp8_block_matmul(a_codes, sa, b_codes, sb, dims, format, config))
-            }
-        }
+/// The inner backend's result as the wrapper's.
+macro_rules! wrap_result {
+    ($from:path, F, $result:ident) => {
+        $from($result)
+    };
+    ($from:path, I, $result:ident) => {
+        $result
+    };
+    ($from:path, (F, F), $result:ident) => {
+        ($from($result.0), $from($result.1))
     };
 }
 
@@ -130,5 +87,25 @@ fn from_inner<B: Backend, C: CheckpointStrategy>(
     <FloatTensor<Autodiff<B, C>>>::new(tensor)
 }
 
-forward_kernels!([B: Backend] MixedPrecision<B>, B, same, same);
-forward_kernels!([B: Backend, C: CheckpointStrategy] Autodiff<B, C>, B, inner::<B, C>, from_inner::<B, C>);
+kernel_ops!(forward!([B: Backend] MixedPrecision<B>, B, same, same));
+kernel_ops!(
+    forward!([B: Backend, C: CheckpointStrategy] Autodiff<B, C>, B, inner::<B, C>, from_inner::<B, C>)
+);
+
+/// `MixedPrecision<B>`'s tensors are `B`'s: `B`'s kernels run on them, except the routed
+/// ops (the decorator routes `B`'s ops to them itself).
+impl<B: KernelBackend> KernelBackend for MixedPrecision<B> {
+    fn kernels() -> BackendKernels<Self> {
+        BackendKernels {
+            adamw: B::kernels().adamw,
+            ..Default::default()
+        }
+    }
+}
+
+/// `Autodiff<B, C>` has what `B` has for its autodiff tensors.
+impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
+    fn kernels() -> BackendKernels<Self> {
+        B::autodiff_kernels::<C>()
+    }
+}

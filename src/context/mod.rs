@@ -34,8 +34,9 @@ pub use scope::with_policy;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::fp8::Fp8History;
-use crate::fp8::training::{Fp8Site, Observer, lane_of, registry};
+use crate::fp8::training::{Fp8Site, Observer, lane_of};
 use crate::policy::{IntoPolicy, Policy, PolicyError};
+use crate::registry;
 
 /// The policy in force for `device` on this thread, checked against `B`.
 ///
@@ -62,7 +63,7 @@ pub(crate) fn resolve<B: Backend>(device: &B::Device, fp8: Fp8Use) -> OpContext<
         .filter(|_| fp8 == Fp8Use::Site)
         .map(|scaling| {
             // `check` refuses an FP8 policy on an unregistered backend, so this finds it.
-            let ops = registry::lookup::<B>().expect("FP8 operations checked by the policy check");
+            let ops = registry::fp8::<B>().expect("FP8 operations checked by the policy check");
             let history = scaling
                 .is_stateful()
                 .then(|| fp8_history(device))
@@ -186,7 +187,7 @@ pub(crate) fn check<B: Backend>(device: &B::Device, policy: Policy) -> Result<()
         return Ok(());
     }
     check_dtypes::<B>(device, policy)?;
-    if policy.fp8_scaling().is_some() && registry::lookup::<B>().is_none() {
+    if policy.fp8_scaling().is_some() && registry::fp8::<B>().is_none() {
         return Err(PolicyError::Fp8Unavailable {
             backend: B::name(device),
             policy,

@@ -8,9 +8,10 @@ use burn_tensor::FloatDType;
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
 
-use crate::cpu::{self, RoutedOps};
+use crate::cpu::RoutedOps;
 use crate::fp8::training::Fp8Site;
 use crate::policy::{Kernels, Policy};
+use crate::registry;
 
 /// Whether an op's products may go through the FP8 site under an FP8 policy: each compute
 /// op's row of the class table says so (`ComputeOp` in `backend/ops`); other ops never do. Matmul, linear and the convolutions do; attention's
@@ -57,7 +58,7 @@ impl<B: Backend> OpContext<B> {
         if self.policy.kernels() != Kernels::Auto {
             return None;
         }
-        *self.kernels.get_or_init(cpu::routed::<B>)
+        *self.kernels.get_or_init(registry::routed::<B>)
     }
 
     /// The kernels a compute-class op hands its operands to uncast, with the format they

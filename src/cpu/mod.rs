@@ -1,16 +1,14 @@
 //! burn-amp's CPU kernels on Burn's backends, and which backends have them.
 //!
 //! `flex` is the glue of the CPU kernel family (`burn_amp_kernels::cpu`) to Flex tensors
-//! and to `Autodiff<Flex>`. This module finds, for a backend type, the ops the decorator
+//! and to `Autodiff<Flex>`. This module states the ops the decorator
 //! hands to burn-amp's kernels instead of the inner backend's: the casts of its casting
 //! rules; compute-class matmuls, linears and convolutions that read operands of any float
 //! dtype and round them while packing; and under a mixed policy the ops around them
 //! (softmax, layer norm, GELU, ReLU, arithmetic, reshapes of views, dropout masks), each
-//! one op with its own backward pass. `MixedPrecision<B>` wraps any `B`, and Rust cannot ask in its
-//! blanket impls whether `B` is Flex; so the ops are found here by `TypeId`, as plain
-//! function pointers, the way FP8 operations are (`crate::fp8::training::registry`).
-//! Today: Flex and `Autodiff<Flex>` (both checkpointing strategies); every other backend
-//! runs its own ops.
+//! one op with its own backward pass. The ops are plain function pointers ([`RoutedOps`]),
+//! which the registry of backend capabilities (`crate::registry`) records for Flex and
+//! `Autodiff<Flex>` (both checkpointing strategies); every other backend runs its own ops.
 
 use burn_amp_kernels::cpu::cast::Format;
 use burn_amp_kernels::cpu::nn::BinaryOp;
@@ -19,10 +17,8 @@ use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
 use burn_tensor::{DType, FloatDType, Shape};
 
-use crate::registry::{Capability, Registry, Table};
-
 #[cfg(feature = "flex")]
-mod flex;
+pub(crate) mod flex;
 
 /// The operands of a linear layer: `x`, `weight` (`[in, out]`) and the optional bias.
 pub(crate) type Linear<B> = (FloatTensor<B>, FloatTensor<B>, Option<FloatTensor<B>>);
@@ -118,17 +114,14 @@ pub(crate) struct AdamwState<T> {
     pub time: T,
 }
 
-/// One fused AdamW step: `(param, grad, state, scalars, found)`, where `found` (a one-value
-/// tensor) holds the step's count of non-finite gradient values under a loss scale: above
-/// zero, the step is skipped and everything handed back unchanged. Declined (operands
-/// back) when the kernel does not take the dtypes.
-pub(crate) type AdamwFn<B> = fn(
-    FloatTensor<B>,
-    FloatTensor<B>,
-    AdamwState<FloatTensor<B>>,
-    &AdamwStep,
-    Option<&FloatTensor<B>>,
-) -> Routed<AdamwOut<B>, AdamwIn<B>>;
+/// One fused AdamW step: `((param, grad, state), scalars, found)`, where `found` (a
+/// one-value tensor) holds the step's count of non-finite gradient values under a loss
+/// scale: above zero, the step is skipped and everything handed back unchanged. Declined
+/// (operands back) when the kernel does not take the dtypes.
+pub(crate) type AdamwFn<B> = fn(AdamwIn<B>, &AdamwStep, Option<&FloatTensor<B>>) -> AdamwRouted<B>;
+
+/// What an AdamW step did: ran (the parameter and its state), or handed its operands back.
+pub(crate) type AdamwRouted<B> = Routed<AdamwOut<B>, AdamwIn<B>>;
 
 /// What an AdamW step gives back: the parameter and its state.
 pub(crate) type AdamwOut<B> = (FloatTensor<B>, AdamwState<FloatTensor<B>>);
@@ -181,13 +174,6 @@ pub(crate) struct RoutedOps<B: Backend> {
     pub swap_dims: fn(FloatTensor<B>, usize, usize) -> FloatTensor<B>,
 }
 
-/// The CPU optimizer kernels of Flex, for a backend whose tensors are Flex's (Flex, or a
-/// decorator of it such as `MixedPrecision<Flex>`).
-#[cfg(feature = "flex")]
-pub(crate) fn flex_adamw() -> AdamwFn<burn::backend::Flex> {
-    flex::adamw
-}
-
 impl<B: Backend> Clone for RoutedOps<B> {
     fn clone(&self) -> Self {
         *self
@@ -195,35 +181,3 @@ impl<B: Backend> Clone for RoutedOps<B> {
 }
 
 impl<B: Backend> Copy for RoutedOps<B> {}
-
-/// Why a global: as the FP8 registry's, the answer to "is `B` Flex?" must be found by
-/// `TypeId` inside blanket impls. Built once, never written after.
-/// The capability [`RoutedOps`].
-struct Routes;
-
-impl Capability for Routes {
-    type Of<B: Backend> = RoutedOps<B>;
-}
-
-static ROUTED: Registry<Routes> = Registry::new(|| {
-    #[allow(unused_mut)]
-    let mut table = Table::<Routes>::default();
-    #[cfg(feature = "flex")]
-    {
-        use self::flex;
-        use burn::backend::Autodiff;
-        use burn::backend::Flex;
-        use burn::backend::autodiff::checkpoint::strategy::{
-            BalancedCheckpointing, NoCheckpointing,
-        };
-        table.insert::<Flex>(flex::ops());
-        table.insert::<Autodiff<Flex, NoCheckpointing>>(flex::autodiff_ops());
-        table.insert::<Autodiff<Flex, BalancedCheckpointing>>(flex::autodiff_ops());
-    }
-    table
-});
-
-/// `B`'s routed ops, if it has any.
-pub(crate) fn routed<B: Backend>() -> Option<RoutedOps<B>> {
-    ROUTED.get::<B>()
-}

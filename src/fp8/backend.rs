@@ -23,7 +23,8 @@ use crate::cost;
 /// Implemented for Burn's CubeCL backends (wgpu, CUDA; fused or not) with the CubeCL
 /// kernels, for Flex and NdArray with the portable default methods, and for `Autodiff<B>`
 /// and [`MixedPrecision<B>`](crate::MixedPrecision) by handing the work to `B` (quantization is not differentiated
-/// here). A custom backend gets the portable path with `impl Fp8Backend for MyBackend {}`.
+/// here). A custom backend gets the portable path with `impl Fp8Backend for MyBackend {}`;
+/// FP8 policies then run on it once it is registered ([`register`](crate::register)).
 pub trait Fp8Backend: Backend {
     /// Whether the backend's tensors live in host memory (Flex, NdArray): the portable
     /// methods' copies are then not reads back from a device, and the cost report does not
@@ -191,6 +192,10 @@ fn parallel_map<T: Send + Default + Clone>(
 
 /// [`Fp8Backend::fp8_fake_quantize`] from the backend's four FP8 operations: what the
 /// kernel backends run (four launches, the values never leave the device).
+#[cfg_attr(
+    not(any(feature = "cubecl-backends", feature = "fusion")),
+    allow(dead_code)
+)]
 pub(crate) fn composed_fake_quantize<B: Fp8Backend>(
     tensor: FloatTensor<B>,
     layout: BlockLayout,

@@ -21,8 +21,9 @@ use burn_tensor::TensorPrimitive;
 
 use crate::MixedPrecision;
 use crate::cost;
-use crate::fp8::training::registry::{self, ApsFn};
+use crate::fp8::training::ops::ApsFn;
 use crate::fp8::{GradientCompression, aps_scale};
+use crate::registry;
 
 /// The backend under the autodiff one that `MixedPrecision<B>` wraps (gradients live there).
 type MixedInner<B> = <MixedPrecision<B> as AutodiffBackend>::InnerBackend;
@@ -43,7 +44,7 @@ pub(super) struct Rounding<R: Backend> {
 impl<R: Backend> Rounding<R> {
     pub fn new(how: GradientCompression) -> Self {
         let device = match how {
-            GradientCompression::Aps => registry::lookup::<R>().and_then(|ops| ops.aps),
+            GradientCompression::Aps => registry::fp8::<R>().and_then(|ops| ops.aps),
             _ => None,
         };
         Self { how, device }

@@ -258,7 +258,7 @@ impl<B: AutodiffBackend> ModuleMapper<B> for Mapper<'_, B> {
             }
         });
         let (param, state) =
-            dispatch::adamw::<I<B>>(param, grad, state, &self.step, found.as_ref());
+            dispatch::adamw::<I<B>>((param, grad, state), &self.step, found.as_ref());
         self.states.insert(id, ParamState { state });
         let mut tensor =
             Tensor::<B, D>::from_inner(Tensor::from_primitive(TensorPrimitive::Float(param)));

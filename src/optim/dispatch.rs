@@ -1,8 +1,7 @@
-//! Which backends run [`FusedAdamW`](super::FusedAdamW)'s step on a kernel of burn-amp's
-//! (by `TypeId`, as the decorator's routed ops: an optimizer's inner backend may be any
-//! `B`): Flex on the CPU kernel, Burn's wgpu and CUDA backends (plain or fused) on the
-//! CubeCL kernel; and the Burn tensor-op version every other backend runs: the same
-//! arithmetic, op by op, as Burn's `AdamW`.
+//! [`FusedAdamW`](super::FusedAdamW)'s step of one parameter: on burn-amp's kernel where
+//! the registry of backend capabilities has one for the tensors (Flex on the CPU kernel,
+//! Burn's CubeCL backends, plain or fused, on the CubeCL kernel), else in Burn tensor ops:
+//! the same arithmetic, op by op, as Burn's `AdamW`.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
@@ -10,99 +9,31 @@ use burn_amp_kernels::cpu::optim::AdamwStep;
 use burn_tensor::ops::FloatTensor;
 use burn_tensor::{Shape, TensorMetadata};
 
-use crate::cpu::{AdamwFn, AdamwIn, AdamwOut, AdamwState, Routed};
-use crate::registry::{Capability, Registry, Table};
+use crate::cpu::{AdamwIn, AdamwOut, AdamwState, Routed};
+use crate::registry;
 
-/// A backend with a fused AdamW kernel on its own tensors (Burn's CubeCL backends, and the
-/// fused backends over them): what the table below points at for the concrete types.
-pub(crate) trait AdamwKernel: Backend {
-    /// One step of one parameter (see [`AdamwFn`]).
-    fn fused_adamw(
-        param: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        state: AdamwState<FloatTensor<Self>>,
-        step: &AdamwStep,
-        found: Option<&FloatTensor<Self>>,
-    ) -> Routed<AdamwOut<Self>, AdamwIn<Self>>;
-}
-
-/// Whether a fused AdamW kernel takes these dtypes: f32 parameter, moments, step count and
-/// skip count, an f32, f16 or bf16 gradient of the parameter's size.
-#[allow(dead_code)]
-pub(crate) fn kernel_takes(
-    param: (burn_tensor::DType, usize),
-    grad: (burn_tensor::DType, usize),
-    state: [burn_tensor::DType; 3],
-    found: Option<burn_tensor::DType>,
+/// Whether a fused AdamW kernel takes these operands: f32 parameter, moments, step count
+/// and skip count, an f32, f16 or bf16 gradient of the parameter's size, at most `u32::MAX`
+/// values. Checked by each kernel before it runs (a fused backend before it registers the
+/// kernel in its stream, where it can no longer decline).
+#[cfg_attr(
+    not(any(feature = "cubecl-backends", feature = "fusion")),
+    allow(dead_code)
+)]
+pub(crate) fn kernel_takes<B: Backend>(
+    (param, grad, state): &AdamwIn<B>,
+    found: Option<&FloatTensor<B>>,
 ) -> bool {
     use burn_tensor::DType;
-    param.0 == DType::F32
-        && state.iter().all(|d| *d == DType::F32)
-        && found.is_none_or(|d| d == DType::F32)
-        && matches!(grad.0, DType::F32 | DType::F16 | DType::BF16)
-        && grad.1 == param.1
-}
-
-/// The optimizer kernels of one backend type.
-struct OptimKernels<B: Backend> {
-    adamw: AdamwFn<B>,
-}
-
-impl<B: Backend> Clone for OptimKernels<B> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<B: Backend> Copy for OptimKernels<B> {}
-
-/// Why a global: an optimizer's inner backend may be any `B`, and whether it is Flex (or a
-/// decorator of Flex) is answered by `TypeId`. Built once, never written after.
-/// The capability [`OptimKernels`].
-struct Kernels;
-
-impl Capability for Kernels {
-    type Of<B: Backend> = OptimKernels<B>;
-}
-
-static KERNELS: Registry<Kernels> = Registry::new(|| {
-    #[allow(unused_mut)]
-    let mut table = Table::<Kernels>::default();
-    #[cfg(feature = "flex")]
-    {
-        use burn::backend::Flex;
-        let adamw = crate::cpu::flex_adamw();
-        table.insert::<Flex>(OptimKernels { adamw });
-        // The decorator's tensors are its inner backend's: the same function.
-        table.insert::<crate::MixedPrecision<Flex>>(OptimKernels { adamw });
-    }
-    #[cfg(feature = "wgpu")]
-    {
-        type Cube = burn_cubecl::CubeBackend<cubecl::wgpu::WgpuRuntime, f32, i32, u32>;
-        cube_kernels::<Cube>(&mut table);
-        #[cfg(feature = "fusion")]
-        cube_kernels::<burn_fusion::Fusion<Cube>>(&mut table);
-    }
-    #[cfg(feature = "cuda")]
-    {
-        type Cube = burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>;
-        cube_kernels::<Cube>(&mut table);
-        #[cfg(feature = "fusion")]
-        cube_kernels::<burn_fusion::Fusion<Cube>>(&mut table);
-    }
-    table
-});
-
-/// `B`'s kernel, for `B` and for the decorator over it (whose tensors are `B`'s).
-#[allow(dead_code)]
-fn cube_kernels<B: AdamwKernel>(table: &mut Table<Kernels>) {
-    let adamw: AdamwFn<B> = B::fused_adamw;
-    table.insert::<B>(OptimKernels { adamw });
-    table.insert::<crate::MixedPrecision<B>>(OptimKernels { adamw });
-}
-
-fn lookup<B: Backend>() -> Option<OptimKernels<B>> {
-    KERNELS.get::<B>()
+    let len = param.shape().num_elements();
+    param.dtype() == DType::F32
+        && [&state.m, &state.v, &state.time]
+            .iter()
+            .all(|t| t.dtype() == DType::F32)
+        && found.is_none_or(|f| f.dtype() == DType::F32)
+        && matches!(grad.dtype(), DType::F32 | DType::F16 | DType::BF16)
+        && grad.shape().num_elements() == len
+        && u32::try_from(len).is_ok()
 }
 
 fn flat<B: Backend>(t: FloatTensor<B>) -> Tensor<B, 1> {
@@ -116,31 +47,27 @@ fn shaped<B: Backend>(t: Tensor<B, 1>, shape: Shape) -> FloatTensor<B> {
 
 /// One AdamW step of one parameter (see [`AdamwFn`]).
 pub(crate) fn adamw<B: Backend>(
-    param: FloatTensor<B>,
-    grad: FloatTensor<B>,
-    state: AdamwState<FloatTensor<B>>,
+    operands: AdamwIn<B>,
     step: &AdamwStep,
     found: Option<&FloatTensor<B>>,
-) -> (FloatTensor<B>, AdamwState<FloatTensor<B>>) {
-    let (param, grad, state) = match lookup::<B>() {
-        Some(k) => match (k.adamw)(param, grad, state, step, found) {
+) -> AdamwOut<B> {
+    let operands = match registry::adamw::<B>() {
+        Some(kernel) => match kernel(operands, step, found) {
             Routed::Ran(out) => return out,
             Routed::Declined(operands) => operands,
         },
-        None => (param, grad, state),
+        None => operands,
     };
-    adamw_tensor_ops::<B>(param, grad, state, step, found)
+    adamw_tensor_ops::<B>(operands, step, found)
 }
 
 /// The step in Burn tensor ops, in `AdamW`'s order; the bias corrections from the step
 /// count on the device, and a skipped step selected away on the device.
 fn adamw_tensor_ops<B: Backend>(
-    param: FloatTensor<B>,
-    grad: FloatTensor<B>,
-    state: AdamwState<FloatTensor<B>>,
+    (param, grad, state): AdamwIn<B>,
     step: &AdamwStep,
     found: Option<&FloatTensor<B>>,
-) -> (FloatTensor<B>, AdamwState<FloatTensor<B>>) {
+) -> AdamwOut<B> {
     let shape = param.shape();
     let (p, g) = (flat::<B>(param), flat::<B>(grad));
     let (m, v) = (flat::<B>(state.m), flat::<B>(state.v));

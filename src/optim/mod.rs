@@ -13,7 +13,8 @@
 
 mod adamw;
 mod dispatch;
-pub(crate) use dispatch::{AdamwKernel, kernel_takes};
+#[cfg(any(feature = "cubecl-backends", feature = "fusion"))]
+pub(crate) use dispatch::kernel_takes;
 mod paths;
 mod record;
 mod state;

@@ -56,8 +56,8 @@ pub enum PolicyError {
     /// An FP8 policy on a backend burn-amp has no FP8 operations registered for.
     #[error(
         "backend {backend} cannot run FP8 policy {policy}: burn-amp has no FP8 operations \
-         registered for it; call `burn_amp::fp8::training::register::<B>()` once with the \
-         inner backend (it must implement `burn_amp::fp8::Fp8Backend`), or use {suggestion}"
+         registered for it; call `burn_amp::register::<B>()` once with the inner \
+         backend (it must implement `burn_amp::KernelBackend`), or use {suggestion}"
     )]
     Fp8Unavailable {
         /// The backend's name (`Backend::name`).

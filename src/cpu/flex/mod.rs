@@ -25,7 +25,8 @@ use burn_tensor::{DType, Shape};
 
 use super::{ConvArgs, LayerNormArgs, Linear, Routed, RoutedOps};
 
-pub(super) use optim::{adamw, count_nonfinite, unscale};
+pub(crate) use optim::adamw;
+use optim::{count_nonfinite, unscale};
 
 /// `lhs @ rhs` on plain Flex tensors, or the operands back.
 fn matmul(
@@ -110,7 +111,7 @@ fn autodiff_bernoulli<C: CheckpointStrategy>(
 }
 
 /// The routed ops of `Flex`.
-pub(super) fn ops() -> RoutedOps<Flex> {
+pub(crate) fn ops() -> RoutedOps<Flex> {
     RoutedOps {
         cast: cast::cast,
         matmul,
@@ -131,7 +132,7 @@ pub(super) fn ops() -> RoutedOps<Flex> {
 }
 
 /// The routed ops of `Autodiff<Flex, C>`.
-pub(super) fn autodiff_ops<C: CheckpointStrategy>() -> RoutedOps<Autodiff<Flex, C>> {
+pub(crate) fn autodiff_ops<C: CheckpointStrategy>() -> RoutedOps<Autodiff<Flex, C>> {
     RoutedOps {
         cast: autodiff::cast::<C>,
         matmul: autodiff::matmul::<C>,

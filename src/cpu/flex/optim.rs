@@ -8,7 +8,7 @@ use burn_amp_kernels::cpu::optim::{self, AdamwStep};
 use burn_amp_kernels::cpu::{Isa, cast::CpuFloat};
 use burn_tensor::DType;
 
-use super::super::{AdamwIn, AdamwOut, AdamwState, Routed};
+use super::super::{AdamwIn, AdamwRouted, AdamwState, Routed};
 use crate::dtype::with_float;
 use burn::backend::Flex;
 
@@ -29,12 +29,10 @@ fn owned(t: FlexTensor) -> FlexTensor {
 /// One AdamW step (see `crate::cpu::AdamwFn`): f32 parameter and moments, a gradient of
 /// any float dtype.
 pub(crate) fn adamw(
-    param: FlexTensor,
-    grad: FlexTensor,
-    state: AdamwState<FlexTensor>,
+    (param, grad, state): AdamwIn<Flex>,
     step: &AdamwStep,
     found: Option<&FlexTensor>,
-) -> Routed<AdamwOut<Flex>, AdamwIn<Flex>> {
+) -> AdamwRouted<Flex> {
     let f32s = [&param, &state.m, &state.v, &state.time]
         .iter()
         .all(|t| t.dtype() == DType::F32);

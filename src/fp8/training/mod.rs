@@ -55,8 +55,8 @@ mod aps;
 mod device;
 mod history;
 mod numerics;
+pub(crate) mod ops;
 mod quant;
-pub(crate) mod registry;
 mod rules;
 mod scaling;
 mod site;
@@ -67,7 +67,6 @@ pub(crate) use history::lane_of;
 pub use history::{Fp8History, Fp8HistoryRecord, LaneRecord, RoleRecord, SiteRecord};
 pub(crate) use numerics::Observer;
 pub use numerics::{Fp8Numerics, RoleNumerics, SiteNumerics};
-pub use registry::register;
 pub use rules::{AUTO_FORMAT_TOLERANCE, aps_scale, choose_format};
 pub use scaling::{
     DelayedRecipe, ExponentBiasRecipe, Fp8Formats, Fp8Role, Fp8Scaling, GradientCompression,

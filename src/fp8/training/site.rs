@@ -12,8 +12,8 @@ use burn_tensor::ops::FloatTensor;
 
 use super::history::{Fp8History, Lane, Slot};
 use super::numerics::{Observer, SiteTag};
+use super::ops::Fp8Ops;
 use super::quant::Plan;
-use super::registry::Fp8Ops;
 use super::scaling::{Fp8Formats, Fp8Role, Fp8Scaling};
 
 /// The FP8 treatment of one compute-class op under an FP8 policy.
