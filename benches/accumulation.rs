@@ -33,7 +33,8 @@ fn sums(c: &mut Criterion) {
         group.bench_function(name, |b| {
             b.iter(|| {
                 let out =
-                    accum::launch::row_sums::<R, f32>(&client, input.clone(), None, 1, n, config);
+                    accum::launch::row_sums::<R, f32>(&client, input.clone(), None, 1, n, config)
+                        .expect("a valid launch");
                 sync(&client);
                 out
             })
@@ -72,7 +73,8 @@ fn matmuls(c: &mut Criterion) {
                     hb.clone(),
                     (m, k, n),
                     config,
-                );
+                )
+                .expect("a valid launch");
                 sync(&client);
                 out
             })
@@ -80,15 +82,19 @@ fn matmuls(c: &mut Criterion) {
     }
     let cast = Fp8Cast::new(Fp8Format::E4M3);
     let quantize = |h: cubecl::server::Handle, layout: BlockLayout| {
-        let amax = fp8::amax::<R, f32>(&client, h.clone(), layout);
+        let amax = fp8::amax::<R, f32>(&client, h.clone(), layout).expect("a valid launch");
         let (s, si) = fp8::scales::<R>(
             &client,
             amax,
             layout.num_blocks(),
             Fp8Format::E4M3,
             ScaleRule::Float { margin: 0 },
-        );
-        (fp8::quantize::<R, f32>(&client, h, s, layout, cast), si)
+        )
+        .expect("a valid launch");
+        (
+            fp8::quantize::<R, f32>(&client, h, s, layout, cast).expect("a valid launch"),
+            si,
+        )
     };
     let (ca, sa) = quantize(ha, BlockLayout::blocks(m * k, k, 1, 128));
     let (cb, sb) = quantize(hb, BlockLayout::blocks(k * n, n, 128, 128));
@@ -123,7 +129,8 @@ fn matmuls(c: &mut Criterion) {
                     (m, k, n),
                     Fp8Format::E4M3,
                     config,
-                );
+                )
+                .expect("a valid launch");
                 sync(&client);
                 out
             })

@@ -23,16 +23,18 @@ fn bench(c: &mut Criterion) {
     let values: Vec<f32> = (0..n).map(|i| ((i % 1000) as f32 - 500.0) * 0.37).collect();
     let input = client.create_from_slice(f32::as_bytes(&values));
     let layout = BlockLayout::blocks(n, 4096, 1, 128);
-    let amax = launch::amax::<R, f32>(&client, input.clone(), layout);
+    let amax = launch::amax::<R, f32>(&client, input.clone(), layout).expect("a valid launch");
     let (scales, scale_invs) = launch::scales::<R>(
         &client,
         amax,
         layout.num_blocks(),
         Fp8Format::E4M3,
         burn_amp_kernels::fp8::ScaleRule::Float { margin: 0 },
-    );
+    )
+    .expect("a valid launch");
     let cast = Fp8Cast::new(Fp8Format::E4M3);
-    let codes = launch::quantize::<R, f32>(&client, input.clone(), scales.clone(), layout, cast);
+    let codes = launch::quantize::<R, f32>(&client, input.clone(), scales.clone(), layout, cast)
+        .expect("a valid launch");
     sync(&client);
 
     let mut group = c.benchmark_group("fp8 (wgpu, 2^24 values)");
@@ -40,7 +42,7 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Bytes(u64::from(n) * 8));
     group.bench_function("copy f32 (8 B/value)", |b| {
         b.iter(|| {
-            let out = launch::copy::<R>(&client, input.clone(), n);
+            let out = launch::copy::<R>(&client, input.clone(), n).expect("a valid launch");
             sync(&client);
             out
         })
@@ -49,7 +51,8 @@ fn bench(c: &mut Criterion) {
     group.bench_function("quantize e4m3 1x128 (5 B/value)", |b| {
         b.iter(|| {
             let out =
-                launch::quantize::<R, f32>(&client, input.clone(), scales.clone(), layout, cast);
+                launch::quantize::<R, f32>(&client, input.clone(), scales.clone(), layout, cast)
+                    .expect("a valid launch");
             sync(&client);
             out
         })
@@ -62,7 +65,8 @@ fn bench(c: &mut Criterion) {
                 scale_invs.clone(),
                 layout,
                 Fp8Format::E4M3,
-            );
+            )
+            .expect("a valid launch");
             sync(&client);
             out
         })

@@ -2,14 +2,17 @@
 //! from U(0, 1) (n = 2^10 ... 2^24) against an f64 sum, for the naive f16 running sum,
 //! chunks of 32 / 64 / 128 / 256 in f16 (chunk sums combined in f32), and f32; with the time
 //! of each; then the error of `fp8_matmul` (E8M13 windows promoted to f32) against naive
-//! FP8 accumulation in f16. Prints markdown tables and writes a PNG plot; `--write FILE`
-//! also puts the tables between the `accumulation` markers of FILE.
+//! FP8 accumulation in f16. Prints markdown tables and writes a PNG plot (the guide's,
+//! `guide/img/accumulation.png`, unless `--out` says where), dated and naming the machine;
+//! `--write FILE` also puts the tables between the `accumulation` markers of FILE.
 //!
 //! ```sh
 //! cargo run --release --example accumulation -- --write BENCHMARKS.md   # Flex (CPU reference)
 //! cargo run --release --example accumulation -- --backend wgpu --out target/accumulation.png
 //! ```
 
+#[path = "common/png.rs"]
+mod png;
 #[path = "common/section.rs"]
 mod section;
 
@@ -149,8 +152,34 @@ fn plot(
 ) -> Result<(), Box<dyn std::error::Error>> {
     plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
         .map_err(|_| "the embedded font could not be loaded")?;
-    let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
+    const SIZE: (u32, u32) = (960, 600);
+    let mut rgb = vec![0u8; (SIZE.0 * SIZE.1 * 3) as usize];
+    draw(
+        series,
+        sizes,
+        title,
+        BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area(),
+    )?;
+    png::save(std::path::Path::new(path), SIZE, &rgb)?;
+    Ok(())
+}
+
+/// The curves on `root`.
+fn draw(
+    series: &[Series],
+    sizes: &[u32],
+    title: &str,
+    root: DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+) -> Result<(), Box<dyn std::error::Error>> {
     root.fill(&WHITE)?;
+    // The machine and date in a strip along the bottom edge, below the chart.
+    let (_, h) = root.dim_in_pixel();
+    let (root, footer) = root.split_vertically(h - 22);
+    footer.draw(&Text::new(
+        format!("{} on {}", section::date(), section::machine()),
+        (16, 4),
+        ("sans-serif", 12).into_font().color(&BLACK.mix(0.7)),
+    ))?;
     let (lo, hi) = (
         *sizes.first().unwrap() as f64,
         *sizes.last().unwrap() as f64,
@@ -197,7 +226,7 @@ fn plot(
 
 fn main() {
     let mut backend = "flex".to_string();
-    let mut out = "accumulation.png".to_string();
+    let mut out = concat!(env!("CARGO_MANIFEST_DIR"), "/guide/img/accumulation.png").to_string();
     let mut write = None;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Data parallel under MPI, end to end: examples/ddp on 2 ranks (mpirun), for two policies
-# (mixed_float16, and FP8 delayed scaling, whose amax histories the checkpoint holds):
+# Data parallel under MPI, end to end: examples/ddp on 2 ranks (mpirun), for four policies
+# (mixed_float16; FP8 delayed scaling, whose amax histories the checkpoint holds; bfloat16
+# and float16, whose 16-bit parameters sit beside f32 optimizer state):
 #   - 8 steps straight, a checkpoint every 4;
 #   - 4 steps, then `--resume` to 8 from that checkpoint: the same final digest, bit for bit;
 #   - one rank exiting at step 3: the job ends non-zero, mpirun naming the rank, in bounded time.
@@ -17,7 +18,8 @@ trap 'rm -rf "$dir"' EXIT
 
 digest_of() { grep -o "parameters identical on 2 replicas (digest [0-9a-f]*)" "$1"; }
 
-for policy in mixed_float16 "params=float32,compute=float16,output=float32,fp8=delayed"; do
+for policy in mixed_float16 "params=float32,compute=float16,output=float32,fp8=delayed" \
+    bfloat16 float16; do
     echo "-- policy $policy"
     mpirun_2 --policy "$policy" --steps 8 --checkpoint-every 4 --checkpoint-dir "$dir/straight" \
         | tee "$dir/straight.log"

@@ -8,6 +8,11 @@
 #       that the folder is at most 60 MiB and that the binary links only against system
 #       libraries (listed in DIR/MANIFEST.txt).
 #
+#   DIR/gpu-suite.sh cpu
+#       On the GPU machine's host CPU: the benchmark's scaling table (1, 2, 4, ... threads up
+#       to its cores) and its CPU rows with PyTorch's in the same run (python3 with torch),
+#       written into DIR/cpu-report.md.
+#
 #   DIR/gpu-suite.sh run [-- SUITE ARGS]
 #       On a Linux machine with an NVIDIA driver and a CUDA toolkit (no Rust, no network):
 #       names any missing runtime piece (libcuda, NVRTC, CUDA headers, Vulkan loader), unpacks
@@ -46,17 +51,19 @@ pack() {
     root="$(cd "$here/.." && pwd)"
     dir="${dir:-$root/target/gpu-suite}"
     local built="$root/target/$([ "$profile" = dev ] && echo debug || echo "$profile")/examples/gpu_suite"
-    echo "gpu-suite: building gpu_suite (--profile $profile --features cuda,nccl)"
-    (cd "$root" && cargo build --profile "$profile" --features cuda,nccl --example gpu_suite)
+    echo "gpu-suite: building gpu_suite and bench (--profile $profile --features cuda,nccl)"
+    (cd "$root" && cargo build --profile "$profile" --features cuda,nccl --example gpu_suite \
+        --example bench)
     mkdir -p "$dir"
-    rm -f "$dir/gpu_suite" "$dir/gpu_suite.xz"
+    rm -f "$dir/gpu_suite" "$dir/gpu_suite.xz" "$dir/bench" "$dir/bench.xz"
     cp "$built" "$dir/gpu_suite"
-    strip "$dir/gpu_suite"
+    cp "$(dirname "$built")/bench" "$dir/bench"
+    strip "$dir/gpu_suite" "$dir/bench"
     local stripped
     stripped=$(stat -c %s "$dir/gpu_suite")
     local needed
-    needed=$(readelf -d "$dir/gpu_suite" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort -u)
-    xz -6 -T0 -f "$dir/gpu_suite"
+    needed=$(readelf -d "$dir/gpu_suite" "$dir/bench" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort -u)
+    xz -6 -T0 -f "$dir/gpu_suite" "$dir/bench"
     cp "$here/gpu-suite.sh" "$dir/gpu-suite.sh"
     cp "$root/benches/pytorch_mlp.py" "$dir/pytorch_mlp.py"
     local bad=""
@@ -71,7 +78,7 @@ pack() {
     {
         echo "burn-amp GPU suite, packed $(date -u +%Y-%m-%dT%H:%MZ) from commit $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown)"
         echo "profile: $profile; features: cuda, nccl (and the default wgpu)"
-        echo "binary: $(stat -c %s "$built") bytes built, $stripped stripped, $(stat -c %s "$dir/gpu_suite.xz") with xz -6"
+        echo "binary: $(stat -c %s "$built") bytes built, $stripped stripped, $(stat -c %s "$dir/gpu_suite.xz") with xz -6; bench: $(stat -c %s "$dir/bench.xz") with xz -6"
         echo "links against (NEEDED): $(echo $needed)"
         echo "loaded at run time: libcuda.so.1 (NVIDIA driver), libnvrtc.so (CUDA toolkit) and the CUDA headers (CUDA_PATH), libvulkan.so.1 (wgpu), libnccl.so.2 (NCCL: the nvidia-nccl wheel PyTorch brings is found)"
         echo "folder: $total bytes (limit $limit_mib MiB)"
@@ -160,6 +167,21 @@ run() {
     return "$status"
 }
 
+cpu() {
+    local dir="$here" work
+    [ -f "$dir/bench.xz" ] || die "no bench.xz beside this script: run 'pack' first and copy its folder"
+    work="$(mktemp -d)"
+    xz -dc "$dir/bench.xz" >"$work/bench"
+    chmod +x "$work/bench"
+    # The benchmark runs PyTorch's companion from benches/, relative to where it runs.
+    mkdir -p "$work/benches"
+    cp "$dir/pytorch_mlp.py" "$work/benches/"
+    lscpu | grep -E "Model name|^CPU\(s\)|Flags" | sed 's/^/gpu-suite: /' | cut -c1-300
+    (cd "$work" && ./bench --scaling --out "$dir/cpu-report.md" &&
+        ./bench --only cpu --out "$dir/cpu-report.md")
+    echo "gpu-suite: CPU report in $dir/cpu-report.md"
+}
+
 record() {
     local report="${1:-}" root
     root="$(cd "$here/.." && pwd)"
@@ -191,6 +213,7 @@ quick() {
 case "${1:-}" in
 pack) shift; pack "$@" ;;
 run) shift; run "$@" ;;
+cpu) shift; cpu "$@" ;;
 record) shift; record "$@" ;;
 quick) shift; quick "$@" ;;
 *)

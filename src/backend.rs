@@ -1,6 +1,7 @@
 //! The [`MixedPrecision`] decorator backend and its `Backend` / `AutodiffBackend` impls.
 //! The op families live in `backend/ops/`, one file per Burn trait; the casting rules they
-//! apply live in [`crate::policy`].
+//! apply live in `backend/autocast.rs`, and the policy each op runs under comes from
+//! `crate::context`.
 
 #[macro_use]
 mod forward;
@@ -59,8 +60,9 @@ use crate::policy::{IntoPolicy, Policy, PolicyError};
 /// numerically sensitive ones after casting to f32, the rest as they come (see
 /// [`crate::policy`] and the [guide's op table](crate::guide::policies)). Put it *outside* `Autodiff`
 /// (`MixedPrecision<Autodiff<B>>`), so the casts are recorded and gradients come back in
-/// their variables' dtype; `Autodiff<MixedPrecision<B>>` also trains, but autodiff then
-/// does not see the casts (see [getting started](crate::guide::getting_started)).
+/// f32 (the dtype of f32 variables; 16-bit variables' gradients are read in f32 too);
+/// `Autodiff<MixedPrecision<B>>` also trains, but autodiff then does not see the casts
+/// (see [getting started](crate::guide::getting_started)).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MixedPrecision<B> {
     _inner: PhantomData<B>,
@@ -234,8 +236,7 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
         tensor: &FloatTensor<Self>,
         grads: &Self::Gradients,
     ) -> Option<FloatTensor<Self::InnerBackend>> {
-        B::grad(tensor, &grads.inner)
-            .map(|g| gradients::unscale::<B::InnerBackend>(g, &grads.scale))
+        B::grad(tensor, &grads.inner).map(|g| gradients::read::<B::InnerBackend>(g, &grads.scale))
     }
 
     fn grad_remove(
@@ -243,7 +244,7 @@ impl<B: AutodiffBackend> AutodiffBackend for MixedPrecision<B> {
         grads: &mut Self::Gradients,
     ) -> Option<FloatTensor<Self::InnerBackend>> {
         B::grad_remove(tensor, &mut grads.inner)
-            .map(|g| gradients::unscale::<B::InnerBackend>(g, &grads.scale))
+            .map(|g| gradients::read::<B::InnerBackend>(g, &grads.scale))
     }
 
     fn grad_replace(

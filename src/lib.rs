@@ -43,14 +43,15 @@
 
 pub mod accum;
 mod backend;
-mod backends;
 pub mod collective;
 mod context;
 pub mod cost;
 mod cpu;
+pub mod cublaslt;
 mod dtype;
 pub mod fp8;
 pub mod guide;
+mod kernel_impls;
 pub mod loss_scale;
 pub mod optim;
 pub mod policy;

@@ -49,7 +49,8 @@ fn check_grad<B: AutodiffBackend, const D: usize>(
     let grad = param
         .grad(grads)
         .unwrap_or_else(|| panic!("{name}: no gradient"));
-    assert_dtype(&grad, dtype, name);
+    // Read in f32 under every policy: 16-bit variables' gradients are widened as read.
+    assert_dtype(&grad, F32, name);
     assert!(
         values(grad).iter().all(|g| g.is_finite()),
         "{name}: non-finite gradient"
@@ -335,7 +336,7 @@ fn gradient_dtypes<B: AutodiffBackend>(device: &B::Device, policy: Policy) {
 }
 
 #[test]
-fn gradients_come_back_in_the_variable_dtype() {
+fn gradients_come_back_in_f32_and_parameters_stay_in_the_variable_dtype() {
     let flex = Default::default();
     for policy in [
         "float32",

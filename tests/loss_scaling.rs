@@ -24,6 +24,8 @@ mod records;
 #[path = "loss_scaling/replicas.rs"]
 #[cfg(feature = "mpi")]
 mod replicas;
+#[path = "loss_scaling/resume.rs"]
+mod resume;
 
 use std::sync::{Mutex, MutexGuard};
 

@@ -25,7 +25,7 @@ const FLEX: &str = "Flex (CPU)";
 
 /// Whether this CPU multiplies bf16 faster than f32.
 pub fn has_bf16_dot() -> bool {
-    Isa::detect().level() == IsaLevel::Avx512Bf16
+    Isa::detect().level() >= IsaLevel::Avx512Bf16
 }
 
 /// burn-amp's step times the PyTorch rows compare with: `(workload label, policy,
@@ -304,7 +304,9 @@ fn casts(quick: bool, runs: usize) -> Vec<Row> {
     let xm = mixed_tensor(&x);
     let values: Vec<f32> = x.to_data().to_vec().unwrap();
     let threaded_copy = || {
-        let mut copy = vec![0f32; values.len()];
+        // Allocated as burn-amp's outputs are (huge pages where the OS offers them): the
+        // two sides differ only in the work.
+        let mut copy = burn_amp_kernels::cpu::cast::zeroed::<f32>(values.len());
         copy.par_chunks_mut(1 << 16)
             .zip(values.par_chunks(1 << 16))
             .for_each(|(d, s)| d.copy_from_slice(s));

@@ -24,19 +24,22 @@ pub fn rows<R: Runtime>(device: &R::Device, quick: bool, runs: usize, backend: &
     let values: Vec<f32> = (0..n).map(|i| ((i % 1000) as f32 - 500.0) * 0.37).collect();
     let input = client.create_from_slice(f32::as_bytes(&values));
     let layout = BlockLayout::blocks(n, 4096.min(n), 1, 128);
-    let amax = launch::amax::<R, f32>(&client, input.clone(), layout);
+    let amax = launch::amax::<R, f32>(&client, input.clone(), layout).expect("a valid launch");
     let rule = ScaleRule::Float { margin: 0 };
     let (scales, scale_invs) =
-        launch::scales::<R>(&client, amax, layout.num_blocks(), Fp8Format::E4M3, rule);
+        launch::scales::<R>(&client, amax, layout.num_blocks(), Fp8Format::E4M3, rule)
+            .expect("a valid launch");
     let cast = Fp8Cast::new(Fp8Format::E4M3);
-    let codes = launch::quantize::<R, f32>(&client, input.clone(), scales.clone(), layout, cast);
+    let codes = launch::quantize::<R, f32>(&client, input.clone(), scales.clone(), layout, cast)
+        .expect("a valid launch");
     sync(&client);
     let copy = || {
-        let _ = launch::copy::<R>(&client, input.clone(), n);
+        let _ = launch::copy::<R>(&client, input.clone(), n).expect("a valid launch");
         sync(&client);
     };
     let (copy_q, quantize) = time_pair(1, runs, copy, || {
-        let _ = launch::quantize::<R, f32>(&client, input.clone(), scales.clone(), layout, cast);
+        let _ = launch::quantize::<R, f32>(&client, input.clone(), scales.clone(), layout, cast)
+            .expect("a valid launch");
         sync(&client);
     });
     let (copy_d, dequantize) = time_pair(1, runs, copy, || {
@@ -46,7 +49,8 @@ pub fn rows<R: Runtime>(device: &R::Device, quick: bool, runs: usize, backend: &
             scale_invs.clone(),
             layout,
             Fp8Format::E4M3,
-        );
+        )
+        .expect("a valid launch");
         sync(&client);
     });
     let gbs = |bytes: f64, s: &Summary| bytes / s.median / 1e9;
@@ -89,7 +93,8 @@ pub fn rows<R: Runtime>(device: &R::Device, quick: bool, runs: usize, backend: &
                 1,
                 n,
                 AccumConfig::naive(Accumulator::F16),
-            );
+            )
+            .expect("a valid launch");
             sync(&client);
         },
         || {
@@ -100,7 +105,8 @@ pub fn rows<R: Runtime>(device: &R::Device, quick: bool, runs: usize, backend: &
                 1,
                 n,
                 AccumConfig::chunked(Accumulator::F16, 64),
-            );
+            )
+            .expect("a valid launch");
             sync(&client);
         },
     );
@@ -131,10 +137,14 @@ pub fn rows<R: Runtime>(device: &R::Device, quick: bool, runs: usize, backend: &
         .collect();
     let quantize = |v: &[f32], layout: BlockLayout| {
         let h = client.create_from_slice(f32::as_bytes(v));
-        let amax = launch::amax::<R, f32>(&client, h.clone(), layout);
+        let amax = launch::amax::<R, f32>(&client, h.clone(), layout).expect("a valid launch");
         let (s, si) =
-            launch::scales::<R>(&client, amax, layout.num_blocks(), Fp8Format::E4M3, rule);
-        (launch::quantize::<R, f32>(&client, h, s, layout, cast), si)
+            launch::scales::<R>(&client, amax, layout.num_blocks(), Fp8Format::E4M3, rule)
+                .expect("a valid launch");
+        (
+            launch::quantize::<R, f32>(&client, h, s, layout, cast).expect("a valid launch"),
+            si,
+        )
     };
     let (ca, sa) = quantize(&a, BlockLayout::blocks(m * k, k, 1, 128));
     let (cb, sb) = quantize(&b, BlockLayout::blocks(k * nn, nn, 128, 128));
@@ -156,7 +166,8 @@ pub fn rows<R: Runtime>(device: &R::Device, quick: bool, runs: usize, backend: &
             (m, k, nn),
             Fp8Format::E4M3,
             c,
-        );
+        )
+        .expect("a valid launch");
         sync(&client);
     };
     let (naive, promoted) = time_pair(

@@ -4,6 +4,8 @@
 //! ```sh
 //! cargo run --release --example bench                  # rewrites the table in BENCHMARKS.md (~5 min, 2 cores)
 //! cargo run --release --example bench -- --quick       # checks the harness runs (seconds)
+//! cargo run --release --example bench -- --threads 4   # on a pool of 4 threads
+//! cargo run --release --example bench -- --scaling     # 1, 2, 4, ... threads: the scaling table
 //! ```
 
 mod alloc;
@@ -13,6 +15,7 @@ mod models;
 mod phases;
 mod profile;
 mod report;
+mod scaling;
 #[path = "../common/section.rs"]
 mod section;
 mod stats;
@@ -34,19 +37,36 @@ fn progress(msg: &str) {
 
 fn main() {
     let (mut quick, mut out, mut only) = (false, None, None);
+    let (mut threads, mut scaling) = (None, false);
     let mut python = "python3".to_string();
     let mut args = std::env::args().skip(1);
+    let usage = || -> ! {
+        eprintln!(
+            "usage: bench [--quick] [--out FILE] [--only cpu|wgpu|cuda] [--python PATH] \
+             [--threads N] [--scaling]"
+        );
+        std::process::exit(2);
+    };
     while let Some(arg) = args.next() {
         match (arg.as_str(), &out) {
             ("--quick", _) => quick = true,
             ("--out", None) => out = args.next(),
             ("--only", _) => only = args.next(),
             ("--python", _) => python = args.next().unwrap_or(python),
-            _ => {
-                eprintln!("usage: bench [--quick] [--out FILE] [--only cpu|wgpu] [--python PATH]");
-                std::process::exit(2);
-            }
+            ("--threads", _) => match args.next().and_then(|n| n.parse::<usize>().ok()) {
+                Some(n) if n > 0 => threads = Some(n),
+                _ => usage(),
+            },
+            ("--scaling", _) => scaling = true,
+            _ => usage(),
         }
+    }
+    // Rayon's pool: every CPU kernel, and Flex's own ops, run on it.
+    if let Some(n) = threads {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+            .expect("the global pool is built once, before any work");
     }
     let run = |section: &str| only.as_deref().is_none_or(|o| o == section);
     let out = out.unwrap_or_else(|| {
@@ -57,6 +77,25 @@ fn main() {
         }
     });
     let runs = if quick { 1 } else { 7 };
+    if scaling {
+        let cores = threads.unwrap_or_else(rayon::current_num_threads);
+        let counts = scaling::thread_counts(cores);
+        let md = format!(
+            "Measured {} on {}.\n{}",
+            section::date(),
+            section::machine(),
+            scaling::section(quick, runs.min(5), &counts)
+        );
+        print!("{md}");
+        let marker = format!("scaling-{cores}-threads");
+        let command = format!("cargo run --release --example bench -- --scaling --threads {cores}");
+        if let Err(e) = section::write_section(std::path::Path::new(&out), &marker, &command, &md) {
+            eprintln!("error: writing {out}: {e}");
+            std::process::exit(2);
+        }
+        progress(&format!("scaling table written to {out}"));
+        return;
+    }
     let (mlp, mlp_small, encoder) = if quick {
         (
             Workload::Mlp {
@@ -170,12 +209,14 @@ fn main() {
         ));
     }
     #[cfg(feature = "cuda")]
-    match burn_amp::probe_backend::<burn::backend::Cuda>(&Default::default()) {
-        Ok(()) => rows.extend(cuda_rows(mlp, encoder, runs, quick)),
-        Err(why) => {
-            let line = format!("CUDA rows skipped: {why}");
-            progress(&line);
-            extra.push_str(&format!("\n{line}\n"));
+    if run("cuda") {
+        match burn_amp::probe_backend::<burn::backend::Cuda>(&Default::default()) {
+            Ok(()) => rows.extend(cuda_rows(mlp, encoder, runs, quick)),
+            Err(why) => {
+                let line = format!("CUDA rows skipped: {why}");
+                progress(&line);
+                extra.push_str(&format!("\n{line}\n"));
+            }
         }
     }
 

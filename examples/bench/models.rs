@@ -192,7 +192,7 @@ impl Workload {
 }
 
 /// One training step, ready to run again and again.
-pub trait Step {
+pub trait Step: Send {
     fn step(&mut self) {
         self.phases();
     }

@@ -84,11 +84,35 @@ fn smoothed(losses: &[f32], width: usize) -> Vec<(f64, f64)> {
 pub fn plot(runs: &[Summary], title: &str, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
     plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
         .map_err(|_| "the embedded font could not be loaded")?;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let root = BitMapBackend::new(path, (1400, 980)).into_drawing_area();
+    const SIZE: (u32, u32) = (1400, 980);
+    let mut rgb = vec![0u8; (SIZE.0 * SIZE.1 * 3) as usize];
+    draw(
+        runs,
+        title,
+        BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area(),
+    )?;
+    crate::png::save(path, SIZE, &rgb)?;
+    Ok(())
+}
+
+/// The curves and the table on `root`.
+fn draw(
+    runs: &[Summary],
+    title: &str,
+    root: DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+) -> Result<(), Box<dyn std::error::Error>> {
     root.fill(&WHITE)?;
+    // The machine and date along the bottom edge.
+    let (_, h) = root.dim_in_pixel();
+    root.draw(&Text::new(
+        format!(
+            "{} on {}",
+            crate::section::date(),
+            crate::section::machine()
+        ),
+        (16, h as i32 - 20),
+        ("sans-serif", 14).into_font().color(&BLACK.mix(0.7)),
+    ))?;
     let root = root.titled(title, ("sans-serif", 22))?;
     let (charts, table) = root.split_vertically(680);
     let (left, right) = charts.split_horizontally(700);

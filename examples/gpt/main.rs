@@ -21,6 +21,8 @@ mod data;
 mod generate;
 mod learner;
 mod model;
+#[path = "../common/png.rs"]
+mod png;
 mod progress;
 mod run;
 #[path = "../common/section.rs"]
@@ -60,7 +62,7 @@ usage: gpt [--policy NAME | --compare] [--backend flex|wgpu|cuda|ndarray] [--pre
                       interrupted
   --stop-after        stop after N steps, as if killed (to try --resume)
   --data              the text (default examples/data/tinyshakespeare/input.txt)
-  --plot              where --compare draws (default target/gpt/compare.png)
+  --plot              where --compare draws (default guide/img/gpt-<preset>.png)
   --out               the Markdown file --compare writes its table into, between the
                       markers gpt-<preset> (default BENCHMARKS.md)
   --sample-len        bytes of text generated at the end (default 300)
@@ -98,7 +100,7 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Cli, String> {
     let mut preset = "cpu".to_string();
     let mut backend = BackendKind::Flex;
     let mut compare = false;
-    let mut plot = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/gpt/compare.png");
+    let mut plot = None;
     let mut checkpoint_dir = None;
     let mut args = args.into_iter().peekable();
     while let Some(flag) = args.next() {
@@ -127,13 +129,17 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Cli, String> {
                 options.stop_after = Some(number("--stop-after", value("--stop-after")?)?)
             }
             "--data" => options.data = PathBuf::from(value("--data")?),
-            "--plot" => plot = PathBuf::from(value("--plot")?),
+            "--plot" => plot = Some(PathBuf::from(value("--plot")?)),
             "--sample-len" => options.sample_len = number("--sample-len", value("--sample-len")?)?,
             "--help" | "-h" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
     options.train = TrainConfig::preset(&preset)?;
+    // The guide shows each preset's curves from here.
+    let plot = plot.unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("guide/img/gpt-{preset}.png"))
+    });
     for (flag, value) in cli_train {
         let train = &mut options.train;
         match flag.as_str() {
@@ -234,7 +240,18 @@ fn train<B: AutodiffBackend>(cli: &Cli) -> Result<(), String> {
         cli.options.train.steps
     );
     compare::plot(&runs, &title, &cli.plot).map_err(|e| format!("{}: {e}", cli.plot.display()))?;
-    let md = cli.plot.with_extension("md");
+    // The table with the generated samples, beside the other outputs (not in the guide).
+    let md = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target/gpt")
+        .join(
+            cli.plot
+                .with_extension("md")
+                .file_name()
+                .unwrap_or_default(),
+        );
+    if let Some(dir) = md.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
     let samples: String = runs
         .iter()
         .map(|r| {

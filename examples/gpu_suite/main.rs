@@ -16,6 +16,8 @@
 mod alloc;
 mod checks;
 #[cfg(feature = "cuda")]
+mod cublaslt;
+#[cfg(feature = "cuda")]
 mod cuda_kernels;
 mod fp8;
 #[path = "../bench/kernels.rs"]
@@ -233,6 +235,9 @@ fn main() {
                     let mut kernels = Checks::new(&name);
                     cuda_kernels::check(&mut kernels, &name, &mut kernels_md);
                     all.push(kernels);
+                    let mut products = Checks::new(&name);
+                    cublaslt::check(&mut products, &mut kernels_md);
+                    all.push(products);
                     #[cfg(feature = "nccl")]
                     {
                         let mut collective = Checks::new(&name);

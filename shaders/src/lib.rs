@@ -12,9 +12,14 @@
 //! - [`cpu`]: fast f32/bf16/f16 casts, a mixed-precision GEMM and AdamW for the CPU;
 //! - `cuda_check` (feature `cuda-check`): every CubeCL kernel compiled to PTX by NVRTC for
 //!   the GPU architectures users have, without a GPU.
+//!
+//! Every public launch entry of the CubeCL kernels checks the buffers it is handed against
+//! the layout it is given (sizes, alignment, 32-bit indexing) and returns a [`LaunchError`]
+//! rather than launch a kernel that would read or write past a buffer.
 #![warn(missing_docs)]
 
 pub mod accum;
+mod checks;
 pub mod cpu;
 #[cfg(feature = "cuda-check")]
 pub mod cuda_check;
@@ -22,3 +27,5 @@ pub mod fp8;
 mod grid;
 pub mod half16;
 pub mod optim;
+
+pub use checks::LaunchError;

@@ -70,13 +70,15 @@ fn row_sums_and_dots_match_the_reference_bit_for_bit() {
             rows as u32,
             cols as u32,
             config,
-        );
+        )
+        .expect("a valid launch");
         let want = reference::row_sums(&x, cols, config);
         let got = read_f32(&client, sums, rows);
         assert!(same(&got, &want), "sums {config:?}: {got:?} vs {want:?}");
 
         let other = client.create_from_slice(f32::as_bytes(&y[..cols]));
-        let dot = launch::row_sums::<R, f32>(&client, input, Some(other), 1, cols as u32, config);
+        let dot = launch::row_sums::<R, f32>(&client, input, Some(other), 1, cols as u32, config)
+            .expect("a valid launch");
         let got = read_f32(&client, dot, 1);
         let want = reference::dot(&x[..cols], &y[..cols], config);
         assert_eq!(
@@ -97,7 +99,8 @@ fn matmul_matches_the_reference_bit_for_bit() {
     for config in configs() {
         let ha = client.create_from_slice(f32::as_bytes(&a));
         let hb = client.create_from_slice(f32::as_bytes(&b));
-        let out = launch::matmul::<R, f32>(&client, ha, hb, (m as u32, k as u32, n as u32), config);
+        let out = launch::matmul::<R, f32>(&client, ha, hb, (m as u32, k as u32, n as u32), config)
+            .expect("a valid launch");
         let got = read_f32(&client, out, m * n);
         let want = reference::matmul(&a, &b, m, k, n, config);
         assert!(same(&got, &want), "matmul {config:?}");
@@ -120,7 +123,8 @@ fn chunk_64_beats_naive_f16_by_100x_on_a_million_uniform_values() {
         let input = client.create_from_slice(f32::as_bytes(&x));
         read_f32(
             &client,
-            launch::row_sums::<R, f32>(&client, input, None, 1, n as u32, config),
+            launch::row_sums::<R, f32>(&client, input, None, 1, n as u32, config)
+                .expect("a valid launch"),
             1,
         )[0]
     };
@@ -155,7 +159,8 @@ fn chunk_64_beats_naive_f16_by_100x_on_a_million_uniform_values() {
         let input = client.create_from_slice(f32::as_bytes(&x[..n16]));
         read_f32(
             &client,
-            launch::row_sums::<R, f32>(&client, input, None, 1, n16 as u32, config),
+            launch::row_sums::<R, f32>(&client, input, None, 1, n16 as u32, config)
+                .expect("a valid launch"),
             1,
         )[0]
     };
@@ -178,15 +183,18 @@ fn fp8_block_scaled_matmul_matches_the_reference_and_tracks_f64() {
     let cast = Fp8Cast::new(format);
     let quantize = |values: &[f32], layout: BlockLayout| {
         let input = client.create_from_slice(f32::as_bytes(values));
-        let amax = fp8_launch::amax::<R, f32>(&client, input.clone(), layout);
+        let amax =
+            fp8_launch::amax::<R, f32>(&client, input.clone(), layout).expect("a valid launch");
         let (s, si) = fp8_launch::scales::<R>(
             &client,
             amax,
             layout.num_blocks(),
             format,
             ScaleRule::Float { margin: 0 },
-        );
-        let codes = fp8_launch::quantize::<R, f32>(&client, input, s, layout, cast);
+        )
+        .expect("a valid launch");
+        let codes = fp8_launch::quantize::<R, f32>(&client, input, s, layout, cast)
+            .expect("a valid launch");
         (codes, si)
     };
     let la = BlockLayout::blocks((m * k) as u32, k as u32, 1, 128);
@@ -278,7 +286,8 @@ fn fp8_block_scaled_matmul_matches_the_reference_and_tracks_f64() {
             (m as u32, k as u32, n as u32),
             format,
             config,
-        );
+        )
+        .expect("a valid launch");
         let got = read_f32(&client, out, m * n);
         let want =
             reference::fp8_matmul(&a_codes, &a_si, &b_codes, &b_si, (m, k, n), format, config);

@@ -357,6 +357,122 @@ fn gemm_blocks_and_threads_cover_every_entry() {
     check_shape::<f32, f32, f16>((150, 300, 300), false, false, Format::F16);
 }
 
+/// `c = a b + bias` on a pool of `threads` threads.
+fn gemm_on<C: CpuFloat>(
+    threads: usize,
+    kernel: Kernel,
+    (a, b): (MatRef<'_, f32>, MatRef<'_, bf16>),
+    bias: Option<&[f32]>,
+) -> Vec<C> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    let mut c = vec![C::from_f32(7.0); a.rows() * b.cols()];
+    pool.install(|| gemm::gemm_bias(kernel, a, b, bias, &mut c))
+        .unwrap();
+    c
+}
+
+/// The grid of tasks the driver cuts a product into depends on the thread count; the sums
+/// must not: 1, 2 and 3 threads (3 on 2 cores still cuts three ways) give the same bits,
+/// within the bound of the exact product, for odd shapes that cross every block (blocks
+/// made small by small caches), wide, tall and transposed, with and without a bias, into
+/// f32 and bf16.
+#[test]
+fn gemm_gives_the_same_bits_on_1_2_and_3_threads_within_the_bound() {
+    use burn_amp_kernels::cpu::caches::CacheSizes;
+    let small = CacheSizes {
+        l1d: 8 << 10,
+        l2: 64 << 10,
+        l3: 1 << 20,
+    };
+    let shapes = [
+        (150, 301, 300, false),
+        (7, 1501, 260, true),
+        (603, 33, 150, false),
+        (97, 215, 530, true),
+    ];
+    {
+        let isa = Isa::detect();
+        for caches in [small, isa.caches()] {
+            let isa = isa.with_caches(caches);
+            for format in [Format::Bf16, Format::F16] {
+                for kernel in Kernel::all(isa, format) {
+                    for (m, n, k, transposed) in shapes {
+                        let a_data: Vec<f32> = random(m * k, (m + k) as u64);
+                        let b_data: Vec<bf16> = random(k * n, (n + 3 * k) as u64);
+                        let bias: Vec<f32> = random(n, n as u64);
+                        let a = if transposed {
+                            MatRef::row_major(&a_data, k, m).unwrap().transpose()
+                        } else {
+                            MatRef::row_major(&a_data, m, k).unwrap()
+                        };
+                        let b = MatRef::row_major(&b_data, k, n).unwrap();
+                        let what = format!("{kernel} {caches:?}: {m}x{k} @ {k}x{n}");
+                        let bits = |c: Vec<bf16>| c.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                        let one: Vec<f32> = gemm_on(1, kernel, (a, b), Some(&bias));
+                        let one16 = bits(gemm_on(1, kernel, (a, b), None));
+                        for threads in [2, 3] {
+                            let many: Vec<f32> = gemm_on(threads, kernel, (a, b), Some(&bias));
+                            let same = one
+                                .iter()
+                                .zip(&many)
+                                .all(|(x, y)| x.to_bits() == y.to_bits());
+                            assert!(
+                                same,
+                                "{what}: {threads} threads differ from one (f32, bias)"
+                            );
+                            let many16 = bits(gemm_on(threads, kernel, (a, b), None));
+                            assert!(one16 == many16, "{what}: {threads} threads differ (bf16)");
+                        }
+                        {
+                            let at = |i: usize, p: usize| {
+                                a_data[if transposed { p * m + i } else { i * k + p }]
+                            };
+                            let bt = |p: usize, j: usize| b_data[p * n + j];
+                            let (mut exact, magnitude) = reference(&a, &b, at, bt, format);
+                            for (i, e) in exact.iter_mut().enumerate() {
+                                *e += round(bias[i % n], format);
+                            }
+                            check_within_bound(&what, &one, &(exact, magnitude), k);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The AMX-BF16 kernel, where the CPU has it: chosen for bf16 products, within the bound
+/// of the exact product at odd shapes (k not a multiple of its 32-k blocks, partial tiles,
+/// transposed operands), and the same bits on any thread count.
+#[test]
+#[ignore = "needs a CPU with AMX-BF16 and a Linux that grants its tile state (Sapphire \
+            Rapids or newer): cargo test -p burn-amp-kernels --test cpu -- --ignored amx"]
+fn amx_kernel_is_chosen_and_within_the_bound() {
+    use burn_amp_kernels::cpu::isa::{AmxStatus, amx_status};
+    assert_eq!(
+        amx_status(),
+        AmxStatus::Granted,
+        "this CPU runs no AMX-BF16"
+    );
+    let kernel = Kernel::select(Isa::detect(), Format::Bf16);
+    assert!(kernel.name().starts_with("amx_bf16"), "{kernel} chosen");
+    for (m, n, k) in [
+        (32, 32, 32),
+        (37, 41, 53),
+        (1, 300, 70),
+        (300, 1, 70),
+        (150, 301, 300),
+    ] {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            check_shape::<f32, f32, f32>((m, n, k), ta, tb, Format::Bf16);
+            check_shape::<bf16, bf16, bf16>((m, n, k), ta, tb, Format::Bf16);
+        }
+    }
+}
+
 #[test]
 fn gemm_reads_strided_and_negatively_strided_views_in_place() {
     let (m, n, k) = (23, 40, 33);

@@ -207,6 +207,8 @@ fn a_kernel_cubecl_miscompiles_fails_the_check_with_nvrtcs_message() {
     let nvrtc = nvrtc();
     let client = cuda_check::codegen::client(CudaTarget::SM80);
     let out = client.empty(4);
+    // SAFETY: one unit writing element 0 of a 4-byte buffer (the code generator runs
+    // nothing on a device).
     unsafe {
         miscompiled::reinterpret_of_a_constant::launch_unchecked::<cuda_check::codegen::CudaCodegen>(
             &client,

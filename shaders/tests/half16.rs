@@ -215,7 +215,8 @@ fn kernels_decode_every_code_and_encode_like_the_reference_on_wgpu() {
                 .map(|p| u32::from(p[0]) | (u32::from(*p.get(1).unwrap_or(&0)) << 16))
                 .collect();
             let handle = client.create_from_slice(u32::as_bytes(&words));
-            let out = launch::decode::<R>(&client, handle, n as u32, format);
+            let out =
+                launch::decode::<R>(&client, handle, n as u32, format).expect("a valid launch");
             let got = f32::from_bytes(&client.read_one_unchecked(out))[..n].to_vec();
             for (i, g) in got.iter().enumerate() {
                 let want = decode(codes[i], format);
@@ -228,7 +229,7 @@ fn kernels_decode_every_code_and_encode_like_the_reference_on_wgpu() {
         }
         // Encode: the same codes as the reference, byte for byte.
         let input = client.create_from_slice(f32::as_bytes(&values));
-        let out = launch::encode::<R>(&client, input, len, format);
+        let out = launch::encode::<R>(&client, input, len, format).expect("a valid launch");
         let bytes = client.read_one_unchecked(out);
         let got: Vec<u16> = bytes
             .chunks(2)

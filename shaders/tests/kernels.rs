@@ -53,7 +53,8 @@ fn device_codes(client: &ComputeClient<R>, values: &[f32], cast: Fp8Cast) -> Vec
     let input = client.create_from_slice(f32::as_bytes(values));
     let layout = BlockLayout::per_tensor(values.len() as u32);
     let scales = client.create_from_slice(f32::as_bytes(&[1.0]));
-    let codes = launch::quantize::<R, f32>(client, input, scales, layout, cast);
+    let codes =
+        launch::quantize::<R, f32>(client, input, scales, layout, cast).expect("a valid launch");
     read_u8(client, codes, values.len())
 }
 
@@ -112,7 +113,8 @@ fn f16_inputs_quantize_like_their_f32_values() {
     let input = client.create_from_slice(half::f16::as_bytes(&halves));
     let scales = client.create_from_slice(f32::as_bytes(&[1.0]));
     let layout = BlockLayout::per_tensor(values.len() as u32);
-    let codes = launch::quantize::<R, half::f16>(&client, input, scales, layout, cast);
+    let codes = launch::quantize::<R, half::f16>(&client, input, scales, layout, cast)
+        .expect("a valid launch");
     let got = read_u8(&client, codes, values.len());
     let want: Vec<u8> = values
         .iter()
@@ -208,7 +210,8 @@ fn scales_of_non_finite_and_zero_amaxes_match_the_reference_bit_for_bit() {
         ] {
             let amax = client.create_from_slice(u32::as_bytes(&amaxes));
             let (scales, scale_invs) =
-                launch::scales::<R>(&client, amax, amaxes.len() as u32, format, rule);
+                launch::scales::<R>(&client, amax, amaxes.len() as u32, format, rule)
+                    .expect("a valid launch");
             let got_s = read_f32(&client, scales, amaxes.len());
             let got_si = read_f32(&client, scale_invs, amaxes.len());
             for (b, &a) in amaxes.iter().enumerate() {
@@ -262,7 +265,8 @@ fn float_scales_of_random_amaxes_match_ieee_division_bit_for_bit() {
             ScaleRule::Float { margin: 3 },
         ] {
             let amax = client.create_from_slice(u32::as_bytes(&amaxes));
-            let (scales, scale_invs) = launch::scales::<R>(&client, amax, n, format, rule);
+            let (scales, scale_invs) =
+                launch::scales::<R>(&client, amax, n, format, rule).expect("a valid launch");
             let got_s = read_f32(&client, scales, amaxes.len());
             let got_si = read_f32(&client, scale_invs, amaxes.len());
             for (b, &a) in amaxes.iter().enumerate() {
@@ -286,7 +290,8 @@ fn every_code_dequantizes_like_the_reference() {
         let handle = client.create_from_slice(&codes);
         let layout = BlockLayout::per_tensor(256);
         let ones = client.create_from_slice(f32::as_bytes(&[1.0]));
-        let out = launch::dequantize::<R, f32>(&client, handle, ones, layout, format);
+        let out = launch::dequantize::<R, f32>(&client, handle, ones, layout, format)
+            .expect("a valid launch");
         let got = read_f32(&client, out, 256);
         for (code, value) in codes.iter().zip(&got) {
             let want = reference::decode(*code, format);
@@ -342,7 +347,7 @@ fn scaled_quantization_matches_the_reference_for_every_recipe() {
     for (name, layout) in layouts {
         // amax per block
         let input = client.create_from_slice(f32::as_bytes(&values));
-        let amax = launch::amax::<R, f32>(&client, input.clone(), layout);
+        let amax = launch::amax::<R, f32>(&client, input.clone(), layout).expect("a valid launch");
         let got_amax = read_u32(&client, amax.clone());
         let mut blocks: Vec<Vec<f32>> = vec![Vec::new(); layout.num_blocks() as usize];
         for (i, v) in values.iter().enumerate() {
@@ -354,7 +359,8 @@ fn scaled_quantization_matches_the_reference_for_every_recipe() {
         for format in [Fp8Format::E4M3, Fp8Format::E5M2] {
             for rule in rules {
                 let (scales, scale_invs) =
-                    launch::scales::<R>(&client, amax.clone(), layout.num_blocks(), format, rule);
+                    launch::scales::<R>(&client, amax.clone(), layout.num_blocks(), format, rule)
+                        .expect("a valid launch");
                 let want: Vec<_> = want_amax
                     .iter()
                     .map(|&a| block_scale(a, format, rule))
@@ -381,7 +387,8 @@ fn scaled_quantization_matches_the_reference_for_every_recipe() {
                         scales.clone(),
                         layout,
                         cast,
-                    );
+                    )
+                    .expect("a valid launch");
                     let got = read_u8(&client, codes.clone(), len as usize);
                     let want_codes: Vec<u8> = values
                         .iter()
@@ -408,7 +415,8 @@ fn scaled_quantization_matches_the_reference_for_every_recipe() {
                         scale_invs.clone(),
                         layout,
                         format,
-                    );
+                    )
+                    .expect("a valid launch");
                     let got = read_f32(&client, back, len as usize);
                     for (i, (g, c)) in got.iter().zip(&want_codes).enumerate() {
                         let w = decode_scaled(
@@ -435,7 +443,10 @@ fn launches_past_the_per_axis_dispatch_limit_cover_every_element() {
     let words: u32 = 65_535 * 256 + 1_000;
     let input: Vec<u32> = (0..words).map(|i| i.wrapping_mul(2_654_435_761)).collect();
     let handle = client.create_from_slice(u32::as_bytes(&input));
-    let output = read_u32(&client, launch::copy::<R>(&client, handle, words));
+    let output = read_u32(
+        &client,
+        launch::copy::<R>(&client, handle, words).expect("a valid launch"),
+    );
     assert_eq!(output.len(), input.len());
     let wrong = (0..input.len()).filter(|&i| output[i] != input[i]).count();
     assert_eq!(wrong, 0, "{wrong} of {words} words copied wrong");

@@ -72,7 +72,7 @@ fn run_gpu<G: Float + CubeElement>(
         len: n as u32,
     };
     let found = found.map(|f| client.create_from_slice(f32::as_bytes(&[f])));
-    let out = adamw::<R, G>(client, buffers, found, step);
+    let out = adamw::<R, G>(client, buffers, found, step).expect("a valid launch");
     Out {
         state: State {
             p: read_f32(client, out.param, n),

@@ -32,7 +32,7 @@ use burn_tensor::ops::FloatTensor;
 use burn_tensor::{DType, FloatDType, Scalar, TensorMetadata};
 
 use crate::context::{self, OpContext};
-use crate::cost;
+use crate::cost::{self, OpRow};
 use crate::cpu::{ConvArgs, Routed, RoutedOps};
 
 /// The float dtype of a tensor primitive.
@@ -78,7 +78,7 @@ pub(crate) fn convert<B: Backend>(
         return tensor;
     }
     match kernels {
-        Some(ops) => (ops.cast)(tensor, dtype),
+        Some(ops) => (ops.cast)(ops.isa, tensor, dtype),
         None => B::float_cast(tensor, dtype),
     }
 }
@@ -88,7 +88,7 @@ pub(crate) fn convert<B: Backend>(
 /// pass, where Flex converts value by value), anything else on `inner` (the backend's op).
 pub(crate) fn arithmetic<B: Backend>(
     op: BinaryOp,
-    name: &'static str,
+    row: OpRow,
     lhs: FloatTensor<B>,
     rhs: FloatTensor<B>,
     inner: fn(FloatTensor<B>, FloatTensor<B>) -> FloatTensor<B>,
@@ -96,11 +96,11 @@ pub(crate) fn arithmetic<B: Backend>(
     let context = context::of::<B>(&lhs);
     let [lhs, rhs] = to_widest::<B, 2>([lhs, rhs], &context);
     let runs_in = lhs.dtype();
-    let _op = cost::op(class::to_widest, name, Some(runs_in));
+    let _op = row.record(Some(runs_in));
     if is_reduced(runs_in.into())
         && let Some(ops) = context.routed_ops()
     {
-        return match (ops.binary)(op, lhs, rhs) {
+        return match (ops.binary)(ops.isa, op, lhs, rhs) {
             Routed::Ran(out) => out,
             Routed::Declined([lhs, rhs]) => inner(lhs, rhs),
         };
@@ -113,16 +113,16 @@ pub(crate) fn arithmetic<B: Backend>(
 /// f32; Flex rounds it to the tensor's dtype first).
 pub(crate) fn arithmetic_scalar<B: Backend>(
     op: BinaryOp,
-    name: &'static str,
+    row: OpRow,
     x: FloatTensor<B>,
     s: Scalar,
     inner: fn(FloatTensor<B>, Scalar) -> FloatTensor<B>,
 ) -> FloatTensor<B> {
-    let _op = cost::forwarded(name);
+    let _op = row.record(None);
     if is_reduced(dtype::<B>(&x))
         && let Some(ops) = context::of::<B>(&x).routed_ops()
     {
-        return match (ops.scalar)(op, x, s.elem::<f32>()) {
+        return match (ops.scalar)(ops.isa, op, x, s.elem::<f32>()) {
             Routed::Ran(out) => out,
             Routed::Declined(x) => inner(x, s),
         };
@@ -150,7 +150,7 @@ pub(crate) fn matmul<B: Backend>(
     let [lhs, rhs] = match routed {
         Some((ops, format)) => {
             let shapes = [&lhs, &rhs].map(|t| (t.dtype(), t.shape().num_elements()));
-            match (ops.matmul)(lhs, rhs, format, DType::from(target)) {
+            match (ops.matmul)(ops.isa, lhs, rhs, format, DType::from(target)) {
                 Routed::Ran(out) => {
                     for (d, n) in shapes {
                         cost::rounded(d, DType::from(target), n);
@@ -182,7 +182,7 @@ pub(crate) fn linear<B: Backend>(
                 .flatten()
                 .map(|t| (t.dtype(), t.shape().num_elements()))
                 .collect();
-            match (ops.linear)((x, weight, bias), format, DType::from(target)) {
+            match (ops.linear)(ops.isa, (x, weight, bias), format, DType::from(target)) {
                 Routed::Ran(out) => {
                     for (d, n) in shapes {
                         cost::rounded(d, DType::from(target), n);
@@ -213,7 +213,7 @@ pub(crate) fn conv<B: Backend>(
         .flatten()
         .map(|t| (t.dtype(), t.shape().num_elements()))
         .collect();
-    match (ops.conv)(args, format, target) {
+    match (ops.conv)(ops.isa, args, format, target) {
         Routed::Ran(out) => {
             for (d, n) in shapes {
                 cost::rounded(d, target, n);

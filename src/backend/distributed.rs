@@ -44,20 +44,27 @@ impl<B: DistributedBackend> DistributedBackend for MixedPrecision<B> {
         device_ids: Vec<DeviceId>,
     ) -> CollectiveTensor<Self> {
         let collective = B::all_reduce(tensor, op, device_ids);
-        // Safety: the handle is only rewrapped, still unresolved, for `Self`'s caller, who
+        // SAFETY: the handle is only rewrapped, still unresolved, for `Self`'s caller, who
         // resolves it (through `sync_collective`, forwarded below) before using it.
-        CollectiveTensor::new(unsafe { collective.assume_resolved() })
+        let handle = unsafe { collective.assume_resolved() };
+        CollectiveTensor::new(handle)
     }
 
     fn sync_collective(device: &B::Device) {
         B::sync_collective(device);
     }
 
+    /// # Safety
+    /// As `B::comm_device`: the tensor is not accessed or modified during the call.
     unsafe fn comm_device(tensor: &TensorRef<Self>) -> B::Device {
+        // SAFETY: the same tensor, under the same contract, which our caller upholds.
         unsafe { B::comm_device(&TensorRef(tensor.0)) }
     }
 
+    /// # Safety
+    /// As `B::float_from_ref`: the tensor is not accessed or modified during the call.
     unsafe fn float_from_ref(tensor: &TensorRef<Self>) -> FloatTensor<Self> {
+        // SAFETY: the same tensor, under the same contract, which our caller upholds.
         unsafe { B::float_from_ref(&TensorRef(tensor.0)) }
     }
 }

@@ -129,8 +129,9 @@ pub(crate) fn times<I: Backend>(tensor: FloatTensor<I>, scale: FloatTensor<I>) -
 pub(crate) fn unscale<I: Backend>(grad: FloatTensor<I>, slot: &DeviceSlot) -> FloatTensor<I> {
     let scale = existing::<I, _>(slot, |s| s.scale())
         .unwrap_or_else(|| panic!("a scaled backward pass left its device state"));
-    let grad = match registry::routed::<I>().and_then(|ops| ops.unscale) {
-        Some(unscale) => match unscale(grad, &scale) {
+    let routed = registry::routed::<I>();
+    let grad = match routed.and_then(|ops| ops.unscale.map(|f| (f, ops.isa))) {
+        Some((unscale, isa)) => match unscale(isa, grad, &scale) {
             Routed::Ran(grad) => return grad,
             Routed::Declined(grad) => grad,
         },
@@ -143,8 +144,7 @@ pub(crate) fn unscale<I: Backend>(grad: FloatTensor<I>, slot: &DeviceSlot) -> Fl
 /// How many values of `grad` are inf or NaN, as a one-value f32 tensor on its device.
 pub(crate) fn count_nonfinite<I: Backend>(grad: &FloatTensor<I>) -> FloatTensor<I> {
     if let Some(count) = registry::routed::<I>()
-        .and_then(|ops| ops.count_nonfinite)
-        .and_then(|count| count(grad))
+        .and_then(|ops| ops.count_nonfinite.and_then(|count| count(ops.isa, grad)))
     {
         return count;
     }

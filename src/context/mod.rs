@@ -14,8 +14,7 @@
 //! The bindings behind these answers live here and nowhere else (`bindings`: process-wide;
 //! `scope`: this thread's scopes), so one module answers "where does this dtype or scale
 //! come from". The modules whose values are bound (`policy`, `fp8`, `loss_scale`) keep no
-//! bindings of their own, except the FP8 registry and the numerics scope (see their
-//! reasons).
+//! bindings of their own, except the FP8 numerics report's scope (see its reason).
 
 mod bindings;
 mod op;

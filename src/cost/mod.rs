@@ -81,6 +81,33 @@ pub enum Counted {
     Query,
 }
 
+/// An op written out by hand (not made by a `forward!`/`autocast!` table): its name and the
+/// class the cost report counts it in, stated once, beside the op. The op records itself
+/// through it and its file's list of written ops gives it to the class table
+/// ([`crate::op_classes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OpRow {
+    pub name: &'static str,
+    pub class: OpClass,
+}
+
+impl OpRow {
+    /// The row of op `name`, counted as `class`.
+    pub const fn new(name: &'static str, class: OpClass) -> Self {
+        Self { name, class }
+    }
+
+    /// Counts the op (and times it), running in `dtype`.
+    pub fn record(self, dtype: Option<DType>) -> Timed {
+        op(self.class, self.name, dtype)
+    }
+
+    /// Its row of the class table.
+    pub fn row(self) -> (&'static str, Counted) {
+        (self.name, Counted::Op(self.class))
+    }
+}
+
 /// Reads back to the host.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Reads {
@@ -346,12 +373,6 @@ pub(crate) fn rounded(from: DType, to: DType, elements: usize) {
         e.0 += 1;
         e.1 += bytes;
     });
-}
-
-/// An op the decorator hands to the inner backend as it is (a forwarded op), by name; timed
-/// by [`profile`] until the guard drops.
-pub(crate) fn forwarded(name: &'static str) -> Timed {
-    op(OpClass::Forwarded, name, None)
 }
 
 /// An op counted as its row of the class table says ([`crate::op_classes`]); timed by

@@ -9,7 +9,10 @@
 //! one op with its own backward pass. The ops are plain function pointers ([`RoutedOps`]),
 //! which the registry of backend capabilities (`crate::registry`) records for Flex and
 //! `Autodiff<Flex>` (both checkpointing strategies); every other backend runs its own ops.
+//! The CPU's instruction set ([`Isa`]) is detected once, by the registry, kept in the
+//! table, and handed to every op, which passes it down to the kernels.
 
+use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::cast::Format;
 use burn_amp_kernels::cpu::nn::BinaryOp;
 use burn_amp_kernels::cpu::optim::AdamwStep;
@@ -32,6 +35,7 @@ pub(crate) enum Routed<T, O> {
 
 /// `lhs @ rhs`, operands rounded to the format, the result in the dtype.
 pub(crate) type MatmulFn<B> = fn(
+    Isa,
     FloatTensor<B>,
     FloatTensor<B>,
     Format,
@@ -39,7 +43,8 @@ pub(crate) type MatmulFn<B> = fn(
 ) -> Routed<FloatTensor<B>, [FloatTensor<B>; 2]>;
 
 /// `x @ weight + bias`, operands rounded to the format, the result in the dtype.
-pub(crate) type LinearFn<B> = fn(Linear<B>, Format, DType) -> Routed<FloatTensor<B>, Linear<B>>;
+pub(crate) type LinearFn<B> =
+    fn(Isa, Linear<B>, Format, DType) -> Routed<FloatTensor<B>, Linear<B>>;
 
 /// The operands of a layer norm: `x`, `gamma`, the optional `beta`, epsilon.
 pub(crate) type LayerNormArgs<B> = (FloatTensor<B>, FloatTensor<B>, Option<FloatTensor<B>>, f64);
@@ -88,23 +93,23 @@ pub(crate) type ConvArgs<B> = (
 pub(crate) type Tried<B, O> = Routed<FloatTensor<B>, O>;
 
 /// An op on one tensor, or the tensor back.
-pub(crate) type UnaryFn<B> = fn(FloatTensor<B>) -> Tried<B, FloatTensor<B>>;
+pub(crate) type UnaryFn<B> = fn(Isa, FloatTensor<B>) -> Tried<B, FloatTensor<B>>;
 
 /// A convolution, operands rounded to the format, in the dtype.
-pub(crate) type ConvFn<B> = fn(ConvArgs<B>, Format, DType) -> Tried<B, ConvArgs<B>>;
+pub(crate) type ConvFn<B> = fn(Isa, ConvArgs<B>, Format, DType) -> Tried<B, ConvArgs<B>>;
 
 /// Softmax (`true`: log-softmax).
-pub(crate) type SoftmaxFn<B> = fn(FloatTensor<B>, bool) -> Tried<B, FloatTensor<B>>;
+pub(crate) type SoftmaxFn<B> = fn(Isa, FloatTensor<B>, bool) -> Tried<B, FloatTensor<B>>;
 
 /// Layer norm.
-pub(crate) type LayerNormFn<B> = fn(LayerNormArgs<B>) -> Tried<B, LayerNormArgs<B>>;
+pub(crate) type LayerNormFn<B> = fn(Isa, LayerNormArgs<B>) -> Tried<B, LayerNormArgs<B>>;
 
 /// `lhs op rhs`.
 pub(crate) type BinaryFn<B> =
-    fn(BinaryOp, FloatTensor<B>, FloatTensor<B>) -> Tried<B, [FloatTensor<B>; 2]>;
+    fn(Isa, BinaryOp, FloatTensor<B>, FloatTensor<B>) -> Tried<B, [FloatTensor<B>; 2]>;
 
 /// `x op s`.
-pub(crate) type ScalarFn<B> = fn(BinaryOp, FloatTensor<B>, f32) -> Tried<B, FloatTensor<B>>;
+pub(crate) type ScalarFn<B> = fn(Isa, BinaryOp, FloatTensor<B>, f32) -> Tried<B, FloatTensor<B>>;
 
 /// A parameter's AdamW state: its moments and its step count (a one-value f32 tensor, so
 /// that a step skipped on the device does not count).
@@ -114,11 +119,13 @@ pub(crate) struct AdamwState<T> {
     pub time: T,
 }
 
-/// One fused AdamW step: `((param, grad, state), scalars, found)`, where `found` (a
+/// One fused AdamW step: `(isa, (param, grad, state), scalars, found)`, where `found` (a
 /// one-value tensor) holds the step's count of non-finite gradient values under a loss
 /// scale: above zero, the step is skipped and everything handed back unchanged. Declined
-/// (operands back) when the kernel does not take the dtypes.
-pub(crate) type AdamwFn<B> = fn(AdamwIn<B>, &AdamwStep, Option<&FloatTensor<B>>) -> AdamwRouted<B>;
+/// (operands back) when the kernel does not take the dtypes. `isa`: the CPU's instruction
+/// set, for a kernel that runs on the host.
+pub(crate) type AdamwFn<B> =
+    fn(Isa, AdamwIn<B>, &AdamwStep, Option<&FloatTensor<B>>) -> AdamwRouted<B>;
 
 /// What an AdamW step did: ran (the parameter and its state), or handed its operands back.
 pub(crate) type AdamwRouted<B> = Routed<AdamwOut<B>, AdamwIn<B>>;
@@ -132,17 +139,19 @@ pub(crate) type AdamwIn<B> = (FloatTensor<B>, FloatTensor<B>, AdamwState<FloatTe
 /// The loss scaler's unscale of one gradient, in place where it can be: `grad / scale`,
 /// `scale` a one-value tensor. Declined when the kernel does not take the dtypes.
 pub(crate) type UnscaleFn<B> =
-    fn(FloatTensor<B>, &FloatTensor<B>) -> Routed<FloatTensor<B>, FloatTensor<B>>;
+    fn(Isa, FloatTensor<B>, &FloatTensor<B>) -> Routed<FloatTensor<B>, FloatTensor<B>>;
 
 /// The loss scaler's finite check of one gradient, one read-only pass: its count of inf
 /// and NaN values as a one-value f32 tensor; `None` when the kernel does not take the
 /// dtype.
-pub(crate) type CountFn<B> = fn(&FloatTensor<B>) -> Option<FloatTensor<B>>;
+pub(crate) type CountFn<B> = fn(Isa, &FloatTensor<B>) -> Option<FloatTensor<B>>;
 
 /// The routed ops of one backend type.
 pub(crate) struct RoutedOps<B: Backend> {
+    /// The CPU's instruction set, detected once by the registry; every op below takes it.
+    pub isa: Isa,
     /// `tensor` in `dtype` (differentiable where `B` is).
-    pub cast: fn(FloatTensor<B>, FloatDType) -> FloatTensor<B>,
+    pub cast: fn(Isa, FloatTensor<B>, FloatDType) -> FloatTensor<B>,
     pub matmul: MatmulFn<B>,
     pub linear: LinearFn<B>,
     /// A 1-d or 2-d convolution (one group), operands rounded to the format, the result in
@@ -166,7 +175,7 @@ pub(crate) struct RoutedOps<B: Backend> {
     /// `x op s`, in `x`'s dtype.
     pub scalar: ScalarFn<B>,
     /// A tensor of Bernoulli(`p`) draws, `p` in `[0, 1]`, in the dtype: dropout's mask.
-    pub bernoulli: fn(Shape, f64, DType) -> FloatTensor<B>,
+    pub bernoulli: fn(Isa, Shape, f64, DType) -> FloatTensor<B>,
     /// The tensor in row-major order (itself when it is): before a reshape that would
     /// otherwise copy value by value.
     pub contiguous: fn(FloatTensor<B>) -> FloatTensor<B>,

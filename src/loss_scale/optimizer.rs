@@ -1,31 +1,26 @@
-//! `LossScaleOptimizer`: wraps any Burn optimizer, skips steps whose gradients overflowed,
-//! and moves the loss scale.
+//! `LossScaleOptimizer`: the public type, how it is made and what it reports, and Burn's
+//! `Optimizer` for it. The step itself (unscale, check, apply or skip, move the scale, count)
+//! is in `step.rs`.
 
 use burn::module::AutodiffModule;
 use burn::optim::{GradientsParams, LearningRate, MultiGradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{FloatDType, Tensor, TensorPrimitive};
-use burn_tensor::ops::FloatTensor;
+use burn::tensor::{FloatDType, Tensor};
 
 use std::sync::Arc;
 
 use super::grads::unscale;
-use super::replicas::{self, Replicas};
-use super::state::{Binding, LossScale, Pending};
-use super::{LossScaleConfig, LossScaleError, LossScaleOptimizerRecord};
+use super::replicas::Replicas;
+use super::state::{Binding, LossScale};
+use super::{LossScaleConfig, LossScaleOptimizerRecord};
 use crate::MixedPrecision;
-use crate::backend::scale;
 use crate::collective::Collective;
-use crate::context::{self, DeviceSlot, ScaleSource};
-use crate::cost;
-use crate::fp8::GradientCompression;
+use crate::context::{self, ScaleSource};
 
 mod fork;
 mod init;
 mod load;
 mod step;
-
-use step::StepGrads;
 
 /// Wraps a Burn optimizer with loss scaling, for training under `mixed_float16`.
 ///
@@ -77,8 +72,9 @@ use step::StepGrads;
 ///
 /// - [`LossScaleConfig::init_on`] binds it to the devices given: backward passes on them
 ///   apply its scale. A device holds one such binding: a second live optimizer asking for
-///   it gets [`LossScaleError::DeviceTaken`]. Use it with several models, or with Burn's
-///   multi-device training (pass every device the model trains on).
+///   it gets [`LossScaleError::DeviceTaken`](crate::LossScaleError::DeviceTaken). Use it
+///   with several models, or with Burn's multi-device training (pass every device the
+///   model trains on).
 /// - [`LossScaleOptimizer::new`] and [`LossScaleConfig::init`] bind it as a *default*:
 ///   backward passes on devices with no binding of their own apply the most recently
 ///   created default that is still alive. Creating or dropping a manual optimizer, a
@@ -292,66 +288,6 @@ impl<O> LossScaleOptimizer<O> {
         self.unscaled = true;
         unscale::<B, M>(grads, module, self.scale.scale())
     }
-
-    /// What the step must do, from what backward passes did since the last one.
-    fn pending(&mut self) -> Pending {
-        self.unscaled = false;
-        let pending = if self.is_manual() {
-            Pending::Scaled
-        } else {
-            self.scale.take_pending()
-        };
-        if pending == Pending::None && !self.is_manual() && !self.warned {
-            self.warned = true;
-            log::warn!(
-                "burn-amp: no backward pass applied this LossScaleOptimizer's scale since its \
-                 last step: another automatic optimizer is bound to the device (init_on) or a \
-                 newer default one is alive. Gradients are still correct, but this \
-                 optimizer's overflow checks and scale do not follow them; bind each \
-                 optimizer to its own device, or use manual mode"
-            );
-        }
-        pending
-    }
-
-    /// Manual mode: moves the host's scale by the step's finiteness; `true` when the step
-    /// may proceed.
-    fn admit_manual(&mut self, finite: bool) -> bool {
-        let config = &self.scale.shared.config;
-        let schedule = self.scale.min_scale_schedule();
-        let mut state = self.scale.lock();
-        let at_floor = state.scale <= config.min_scale;
-        state.update(finite, config, &schedule);
-        if !finite && at_floor {
-            warn_at_floor(config.min_scale, state.skipped_steps);
-        }
-        finite
-    }
-
-    /// The devices' states.
-    fn slots(&self) -> Vec<DeviceSlot> {
-        self.scale.slots().into_iter().map(|(_, s)| s).collect()
-    }
-
-    /// Moves every device's scale by the rule, from the step's count (on the device).
-    fn move_scales<I: Backend>(&self, found: &FloatTensor<I>, slots: &[DeviceSlot]) {
-        let rule = self.scale.rule();
-        for slot in slots {
-            scale::existing::<I, _>(slot, |s| {
-                let device = I::float_device(&s.state);
-                let found = I::float_to_device(found.clone(), &device);
-                s.state = scale::step_rule::<I>(s.state.clone(), found, &rule);
-            });
-        }
-        self.scale.lock().total_steps += 1;
-    }
-}
-
-fn warn_at_floor(min_scale: f32, skipped: u64) {
-    log::warn!(
-        "burn-amp: gradients are not finite at the minimum loss scale {min_scale} ({skipped} \
-         steps skipped so far): the model itself produces inf or NaN"
-    );
 }
 
 /// The raw backend under `MixedPrecision<B>`'s gradients (their primitives are its).
@@ -406,7 +342,8 @@ where
     ///
     /// # Panics
     /// When the record is invalid (a non-finite, zero, negative or out-of-range scale,
-    /// impossible counters), with [`LossScaleError::InvalidRecord`]'s message: training on
+    /// impossible counters), with the message of
+    /// [`LossScaleError::InvalidRecord`](crate::LossScaleError::InvalidRecord): training on
     /// from a poisoned checkpoint would skip every step or scale by a negative number.
     fn load_record(mut self, record: Self::Record) -> Self {
         if let Err(err) = self.try_load_record::<M, MixedPrecision<B>>(record) {
@@ -414,134 +351,4 @@ where
         }
         self
     }
-}
-
-impl<O> LossScaleOptimizer<O> {
-    /// [`step`](Optimizer::step), returning a failed collective's error instead of
-    /// panicking (see [`with_collective`](Self::with_collective)). The module is then lost
-    /// with the step: the replicas cannot agree on it any more, so end the run (and resume
-    /// every replica from the last checkpoint).
-    ///
-    /// ```
-    /// use burn::backend::{Autodiff, Flex};
-    /// use burn::nn::{Linear, LinearConfig};
-    /// use burn::optim::{GradientsParams, SgdConfig};
-    /// use burn::tensor::Tensor;
-    /// use burn_amp::{LossScaleConfig, MixedPrecision};
-    ///
-    /// type B = MixedPrecision<Autodiff<Flex>>;
-    /// let device = Default::default();
-    /// let model: Linear<B> = LinearConfig::new(4, 2).init(&device);
-    /// let mut optim = LossScaleConfig::new().init_manual(SgdConfig::new().init())?;
-    /// let loss = model.forward(Tensor::<B, 2>::ones([3, 4], &device)).mean();
-    /// let grads = GradientsParams::from_grads(optim.scale_loss(loss).backward(), &model);
-    /// let grads = optim.unscale_grads(grads, &model);
-    /// let model = optim.try_step(0.1, model, grads)?;
-    /// assert_eq!(optim.total_steps(), 1);
-    /// # let _ = model;
-    /// # Ok::<(), burn_amp::LossScaleError>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`LossScaleError::Collective`] with the collective's error;
-    /// [`LossScaleError::Record`] when a loaded [`FusedAdamW`](crate::FusedAdamW) record is
-    /// not this model's.
-    pub fn try_step<B, M>(
-        &mut self,
-        lr: LearningRate,
-        module: M,
-        grads: GradientsParams,
-    ) -> Result<M, LossScaleError>
-    where
-        B: AutodiffBackend,
-        M: AutodiffModule<MixedPrecision<B>>,
-        O: Optimizer<M, MixedPrecision<B>>,
-    {
-        if self.claims_device {
-            self.take_over_device::<MixedPrecision<B>, M>(&module);
-        }
-        let mut grads = self.unscale_grads::<MixedPrecision<B>, M>(grads, &module);
-        // Across replicas the gradients arrive compressed and averaged.
-        let mut compress = true;
-        if let Some(replicas) = &self.replicas {
-            let step = self.scale.total_steps() + 1;
-            let failed = |source| LossScaleError::Collective { step, source };
-            let collective = replicas.get::<Inner<B>>().map_err(failed)?;
-            if replicas.gradients {
-                grads =
-                    replicas::reduce::<B, M>(grads, &module, compression(&module), &**collective)
-                        .map_err(failed)?;
-                compress = false;
-            }
-            self.scale
-                .fp8_history()
-                .all_reduce_amax::<Inner<B>>(&**collective)
-                .map_err(failed)?;
-        }
-        self.finish_step::<B, M>(lr, module, StepGrads::One(grads), compress)
-    }
-
-    fn step_multi_local<B, M>(
-        &mut self,
-        lr: LearningRate,
-        module: M,
-        grads: MultiGradientsParams,
-    ) -> M
-    where
-        B: AutodiffBackend,
-        M: AutodiffModule<MixedPrecision<B>>,
-        O: Optimizer<M, MixedPrecision<B>>,
-    {
-        let mut grads = grads;
-        if self.is_manual() && !self.unscaled {
-            let scale = self.scale.scale();
-            for (g, _) in grads.grads.iter_mut() {
-                *g = unscale::<MixedPrecision<B>, M>(core::mem::take(g), &module, scale);
-            }
-        }
-        self.finish_step::<B, M>(lr, module, StepGrads::Many(grads), true)
-            .unwrap_or_else(|err| panic!("burn-amp: {err}"))
-    }
-}
-
-impl<O> LossScaleOptimizer<O> {
-    /// Whether the step's gradients were finite: the count and the first device's state
-    /// read back together (the step's one read), for the warning when the scale can fall
-    /// no further.
-    fn finite_on_host<I: Backend>(&self, found: &FloatTensor<I>, slots: &[DeviceSlot]) -> bool {
-        let state = slots
-            .first()
-            .and_then(|slot| scale::existing::<I, _>(slot, |s| s.state.clone()));
-        let mut parts = vec![found.clone()];
-        if let Some(state) = state {
-            let device = I::float_device(found);
-            parts.push(I::float_to_device(state, &device));
-        }
-        let values = cost::read(|| {
-            Tensor::<I, 1>::from_primitive(TensorPrimitive::Float(I::float_cat(parts, 0)))
-                .into_data()
-                .convert::<f32>()
-                .to_vec::<f32>()
-                .expect("f32 values")
-        });
-        let finite = values[0] == 0.0;
-        let min = self.scale.config().min_scale;
-        if let [_, scale, _, skipped] = values[..]
-            && !finite
-            && scale <= min
-        {
-            warn_at_floor(min, skipped as u64 + 1);
-        }
-        finite
-    }
-}
-
-/// The gradient compression of the policy in force on `module`'s first device.
-fn compression<B: AutodiffBackend, M: AutodiffModule<B>>(module: &M) -> GradientCompression {
-    module
-        .devices()
-        .first()
-        .map_or(GradientCompression::None, |d| {
-            context::current(d).gradient_compression()
-        })
 }

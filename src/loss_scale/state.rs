@@ -47,10 +47,16 @@ impl ScaleState {
         }
     }
 
-    /// One optimizer step: `finite` says whether all gradients were finite. The scale then
-    /// keeps to the schedule's floor for the next step.
-    pub fn update(&mut self, finite: bool, config: &LossScaleConfig, schedule: &[MinScaleStep]) {
+    /// Counts one optimizer step: the one place steps are counted.
+    pub fn count_step(&mut self) {
         self.total_steps += 1;
+    }
+
+    /// One optimizer step checked on the host: `finite` says whether all gradients were
+    /// finite. The step is counted, and the scale then keeps to the schedule's floor for the
+    /// next step.
+    pub fn update(&mut self, finite: bool, config: &LossScaleConfig, schedule: &[MinScaleStep]) {
+        self.count_step();
         let floor = floor_at(config.min_scale, schedule, self.total_steps);
         if finite {
             if config.dynamic {

@@ -52,7 +52,7 @@ pub(crate) fn adamw<B: Backend>(
     found: Option<&FloatTensor<B>>,
 ) -> AdamwOut<B> {
     let operands = match registry::adamw::<B>() {
-        Some(kernel) => match kernel(operands, step, found) {
+        Some(kernel) => match kernel(registry::isa(), operands, step, found) {
             Routed::Ran(out) => return out,
             Routed::Declined(operands) => operands,
         },

@@ -1,12 +1,15 @@
 //! The backends burn-amp is built with, registered on first use.
 
+use burn_amp_kernels::cpu::Isa;
+
 use super::Tables;
 
 /// The tables of the backends burn-amp's features enable, with their default type
-/// parameters (and, for Burn's CubeCL backends, both with and without fusion).
-pub(super) fn tables() -> Tables {
+/// parameters (and, for Burn's CubeCL backends, both with and without fusion), for a CPU
+/// with `isa`.
+pub(super) fn tables(isa: Isa) -> Tables {
     #[allow(unused_mut)]
-    let mut tables = Tables::default();
+    let mut tables = Tables::new(isa);
     #[cfg(feature = "flex")]
     tables.insert::<burn::backend::Flex>();
     #[cfg(feature = "ndarray")]

@@ -3,6 +3,7 @@
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn_amp_kernels::cpu::Isa;
 use burn_tensor::backend::Backend;
 
 use crate::accum::AccumBackend;
@@ -38,16 +39,19 @@ use crate::fp8::Fp8Backend;
 ///
 /// [`FusedAdamW`]: crate::FusedAdamW
 pub trait KernelBackend: Fp8Backend + AccumBackend {
-    /// burn-amp's kernels on this backend's tensors: none unless burn-amp has some.
+    /// burn-amp's kernels on this backend's tensors, on a CPU with `isa`: none unless
+    /// burn-amp has some.
     #[doc(hidden)]
-    fn kernels() -> BackendKernels<Self> {
+    fn kernels(isa: Isa) -> BackendKernels<Self> {
+        let _ = isa;
         BackendKernels::default()
     }
 
     /// burn-amp's kernels on `Autodiff<Self, C>`'s tensors (ops with their own backward
-    /// pass): none unless burn-amp has some.
+    /// pass), on a CPU with `isa`: none unless burn-amp has some.
     #[doc(hidden)]
-    fn autodiff_kernels<C: CheckpointStrategy>() -> BackendKernels<Autodiff<Self, C>> {
+    fn autodiff_kernels<C: CheckpointStrategy>(isa: Isa) -> BackendKernels<Autodiff<Self, C>> {
+        let _ = isa;
         BackendKernels::default()
     }
 }

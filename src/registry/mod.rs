@@ -15,6 +15,7 @@ use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::{
     BalancedCheckpointing, CheckpointStrategy, NoCheckpointing,
 };
+use burn_amp_kernels::cpu::Isa;
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
 use core::any::TypeId;
@@ -51,25 +52,34 @@ impl Capability for Adamw {
     }
 }
 
-/// Every capability's table.
-#[derive(Default)]
+/// Every capability's table, for a CPU with `isa` (what the CPU ops are given).
 struct Tables {
+    isa: Isa,
     routed: Table<Routes>,
     fp8: Table<Fp8>,
     adamw: Table<Adamw>,
 }
 
 impl Tables {
+    fn new(isa: Isa) -> Self {
+        Self {
+            isa,
+            routed: Table::default(),
+            fp8: Table::default(),
+            adamw: Table::default(),
+        }
+    }
+
     /// Records what `B` and `Autodiff<B>` (both checkpointing strategies) can run.
     fn insert<B: KernelBackend>(&mut self) {
-        self.insert_kernels(B::kernels());
+        self.insert_kernels(B::kernels(self.isa));
         self.fp8.insert::<B>(fp8_ops::plain::<B>());
         self.insert_autodiff::<B, NoCheckpointing>();
         self.insert_autodiff::<B, BalancedCheckpointing>();
     }
 
     fn insert_autodiff<B: KernelBackend, C: CheckpointStrategy>(&mut self) {
-        self.insert_kernels(B::autodiff_kernels::<C>());
+        self.insert_kernels(B::autodiff_kernels::<C>(self.isa));
         self.fp8
             .insert::<Autodiff<B, C>>(fp8_ops::autodiff::<B, C>());
     }
@@ -86,13 +96,29 @@ impl Tables {
 
 /// Why a global: the answer to "what can `B` run?" is asked inside blanket impls over any
 /// `B`, by `TypeId`. The backends burn-amp is built with are recorded on first use and read
-/// without a lock; those registered at run time sit behind the lock.
+/// without a lock; those registered at run time sit behind the lock. The CPU's instruction
+/// set is detected here, once, and handed to every table.
 static CAPABILITIES: Capabilities = Capabilities {
-    builtin: LazyLock::new(builtin::tables),
+    isa: LazyLock::new(detect_isa),
+    builtin: LazyLock::new(|| builtin::tables(*CAPABILITIES.isa)),
     registered: RwLock::new(None),
 };
 
+/// The CPU's instruction set, saying once when AMX is there but refused (its tile state not
+/// granted by the operating system).
+fn detect_isa() -> Isa {
+    use burn_amp_kernels::cpu::isa::{AmxStatus, amx_status};
+    if amx_status() == AmxStatus::Refused {
+        log::warn!(
+            "burn-amp: this CPU has AMX-BF16 but the operating system refused the tile state \
+             (arch_prctl(ARCH_REQ_XCOMP_PERM)); bf16 products run on the AVX-512 BF16 kernel"
+        );
+    }
+    Isa::detect()
+}
+
 struct Capabilities {
+    isa: LazyLock<Isa>,
     builtin: LazyLock<Tables, fn() -> Tables>,
     registered: RwLock<Option<Tables>>,
 }
@@ -130,7 +156,9 @@ pub fn register<B: KernelBackend>() {
         .registered
         .write()
         .unwrap_or_else(|e| e.into_inner());
-    registered.get_or_insert_with(Tables::default).insert::<B>();
+    registered
+        .get_or_insert_with(|| Tables::new(*CAPABILITIES.isa))
+        .insert::<B>();
 }
 
 /// `B`'s CPU ops routed to burn-amp's kernels, if it has any.
@@ -141,6 +169,11 @@ pub(crate) fn routed<B: Backend>() -> Option<RoutedOps<B>> {
 /// `B`'s FP8 operations, if registered.
 pub(crate) fn fp8<B: Backend>() -> Option<Fp8Ops<B>> {
     CAPABILITIES.get::<Fp8, B>(|t| &t.fp8)
+}
+
+/// The CPU's instruction set, detected once: what burn-amp's CPU kernels run with.
+pub(crate) fn isa() -> Isa {
+    *CAPABILITIES.isa
 }
 
 /// `FusedAdamW`'s fused step on `B`'s tensors, if burn-amp has one.

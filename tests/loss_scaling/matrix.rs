@@ -15,7 +15,7 @@ use super::common::{Mlp, teacher_batch, values};
 use super::serial;
 
 /// Keras' names, the FP8 names, and the spec strings README and the guide show.
-const POLICIES: [&str; 16] = [
+pub(super) const POLICIES: [&str; 16] = [
     "float32",
     "float16",
     "bfloat16",

@@ -5,6 +5,8 @@
 
 use core::fmt;
 
+use super::caches::CacheSizes;
+
 /// The instruction-set levels the CPU kernels are written for, from the portable reference
 /// up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -15,11 +17,19 @@ pub enum IsaLevel {
     Avx2,
     /// x86-64 with AVX-512F and AVX-512 BF16 as well: bf16 products by `vdpbf16ps`.
     Avx512Bf16,
+    /// x86-64 with AMX-BF16 as well, its tile state granted by the operating system: bf16
+    /// products by `tdpbf16ps` tiles.
+    AmxBf16,
 }
 
 impl IsaLevel {
     /// Every level, portable first.
-    pub const ALL: [IsaLevel; 3] = [IsaLevel::Portable, IsaLevel::Avx2, IsaLevel::Avx512Bf16];
+    pub const ALL: [IsaLevel; 4] = [
+        IsaLevel::Portable,
+        IsaLevel::Avx2,
+        IsaLevel::Avx512Bf16,
+        IsaLevel::AmxBf16,
+    ];
 
     /// The level's name, as CPU flags spell it.
     pub fn name(self) -> &'static str {
@@ -27,6 +37,7 @@ impl IsaLevel {
             IsaLevel::Portable => "portable",
             IsaLevel::Avx2 => "avx2+fma+f16c",
             IsaLevel::Avx512Bf16 => "avx512f+avx512_bf16",
+            IsaLevel::AmxBf16 => "amx_bf16+avx512_bf16",
         }
     }
 
@@ -45,6 +56,10 @@ impl IsaLevel {
                     && std::arch::is_x86_feature_detected!("avx512f")
                     && std::arch::is_x86_feature_detected!("avx512bf16")
             }
+            #[cfg(target_arch = "x86_64")]
+            IsaLevel::AmxBf16 => {
+                IsaLevel::Avx512Bf16.available() && amx_status() == AmxStatus::Granted
+            }
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
@@ -62,15 +77,20 @@ impl IsaLevel {
 /// assert!(Isa::new(IsaLevel::Portable).is_some()); // every CPU
 /// println!("CPU kernels run with {best}");
 /// ```
+///
+/// It also carries the CPU's cache sizes ([`CacheSizes`]), read with it, which the GEMM
+/// sizes its blocks from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Isa {
     level: IsaLevel,
+    caches: CacheSizes,
 }
 
 impl Isa {
-    /// The portable reference, on any CPU.
+    /// The portable reference, on any CPU (with typical cache sizes).
     pub const PORTABLE: Isa = Isa {
         level: IsaLevel::Portable,
+        caches: CacheSizes::TYPICAL,
     };
 
     /// The best level this CPU runs.
@@ -80,12 +100,29 @@ impl Isa {
             .rev()
             .find(|l| l.available())
             .unwrap_or(IsaLevel::Portable);
-        Isa { level }
+        Isa {
+            level,
+            caches: CacheSizes::detect(),
+        }
     }
 
     /// `level`, if this CPU runs it.
     pub fn new(level: IsaLevel) -> Option<Isa> {
-        level.available().then_some(Isa { level })
+        level.available().then(|| Isa {
+            level,
+            caches: CacheSizes::detect(),
+        })
+    }
+
+    /// The same instruction set, with blocks sized for `caches` (what tests use to hold
+    /// other blockings to the reference).
+    pub fn with_caches(self, caches: CacheSizes) -> Isa {
+        Isa { caches, ..self }
+    }
+
+    /// The cache sizes the kernels size their blocks from.
+    pub fn caches(self) -> CacheSizes {
+        self.caches
     }
 
     /// Every level this CPU runs, portable first: what tests hold to the reference.
@@ -107,10 +144,110 @@ impl Isa {
     pub(crate) fn has_avx512_bf16(self) -> bool {
         self.level >= IsaLevel::Avx512Bf16
     }
+
+    /// Whether the AMX-BF16 kernel may run (the tile state is granted).
+    pub(crate) fn has_amx_bf16(self) -> bool {
+        self.level >= IsaLevel::AmxBf16
+    }
 }
 
 impl fmt::Display for Isa {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.level.name())
     }
+}
+
+/// Whether this CPU has AMX-BF16 and may use it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AmxStatus {
+    /// The CPU has no AMX-BF16 (or the operating system does not save its state).
+    Absent,
+    /// AMX-BF16 runs: the operating system granted this process the tile state.
+    Granted,
+    /// The CPU has AMX-BF16 but the operating system refused this process the tile state
+    /// (Linux's `arch_prctl(ARCH_REQ_XCOMP_PERM)`): the AVX-512 BF16 kernel runs instead.
+    Refused,
+}
+
+/// Whether AMX-BF16 is there and granted: CPUID's AMX-TILE and AMX-BF16 bits, the XTILECFG
+/// and XTILEDATA state enabled in XCR0, and on Linux the permission for the tile data,
+/// asked for here (asking again is harmless: the answer stays).
+///
+/// ```
+/// use burn_amp_kernels::cpu::isa::{AmxStatus, amx_status};
+///
+/// match amx_status() {
+///     AmxStatus::Granted => println!("bf16 products on AMX tiles"),
+///     AmxStatus::Refused => println!("AMX present, tile state refused: AVX-512 BF16"),
+///     AmxStatus::Absent => println!("no AMX here"),
+/// }
+/// ```
+pub fn amx_status() -> AmxStatus {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::__cpuid_count;
+        let (leaf1, leaf7) = (__cpuid_count(1, 0), __cpuid_count(7, 0));
+        let osxsave = leaf1.ecx & (1 << 27) != 0;
+        let (amx_bf16, amx_tile) = (leaf7.edx & (1 << 22) != 0, leaf7.edx & (1 << 24) != 0);
+        if !(osxsave && amx_bf16 && amx_tile) {
+            return AmxStatus::Absent;
+        }
+        // XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA): the OS saves the tile state.
+        // SAFETY: OSXSAVE is set, so XGETBV runs.
+        let xcr0 = unsafe { xgetbv0() };
+        if xcr0 & (0b11 << 17) != 0b11 << 17 {
+            return AmxStatus::Absent;
+        }
+        if request_tile_data() {
+            AmxStatus::Granted
+        } else {
+            AmxStatus::Refused
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    AmxStatus::Absent
+}
+
+/// XCR0, by `xgetbv` with ECX = 0.
+///
+/// # Safety
+/// CPUID reported OSXSAVE.
+#[cfg(target_arch = "x86_64")]
+unsafe fn xgetbv0() -> u64 {
+    let (lo, hi): (u32, u32);
+    // SAFETY: our caller's: XGETBV is enabled.
+    unsafe {
+        core::arch::asm!("xgetbv", in("ecx") 0, out("eax") lo, out("edx") hi, options(nomem, nostack));
+    }
+    (u64::from(hi) << 32) | u64::from(lo)
+}
+
+/// Linux: asks for permission to use the tile data state (`arch_prctl(ARCH_REQ_XCOMP_PERM,
+/// XFEATURE_XTILEDATA)`, needed since Linux 5.16 before the first AMX instruction); `true`
+/// when granted. Other systems: `true` (XCR0 said the state is saved).
+#[cfg(target_arch = "x86_64")]
+fn request_tile_data() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        const SYS_ARCH_PRCTL: usize = 158;
+        const ARCH_REQ_XCOMP_PERM: usize = 0x1023;
+        const XFEATURE_XTILEDATA: usize = 18;
+        let ret: isize;
+        // SAFETY: the arch_prctl system call with two integer arguments; it writes no
+        // memory of ours. `syscall` clobbers rcx and r11.
+        unsafe {
+            core::arch::asm!(
+                "syscall",
+                inlateout("rax") SYS_ARCH_PRCTL => ret,
+                in("rdi") ARCH_REQ_XCOMP_PERM,
+                in("rsi") XFEATURE_XTILEDATA,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        ret == 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    true
 }

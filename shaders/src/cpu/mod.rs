@@ -12,8 +12,10 @@
 //! - [`nn`]: softmax, layer norm, GELU, elementwise arithmetic and dropout masks, each with
 //!   its backward pass, reading and writing any of the three formats and computing in f32;
 //! - [`optim`]: one-pass AdamW and the loss scaler's unscale-and-check, in place;
-//! - [`Isa`]: which instruction set a kernel runs with, detected once and passed down.
+//! - [`Isa`]: which instruction set a kernel runs with, and the cache sizes its blocks are
+//!   sized from ([`caches`]), detected once and passed down.
 
+pub mod caches;
 pub mod cast;
 pub mod conv;
 pub mod gemm;
@@ -22,5 +24,6 @@ pub mod layout;
 mod multiversion;
 pub mod nn;
 pub mod optim;
+mod pages;
 
 pub use isa::Isa;

@@ -272,19 +272,22 @@ fn quantize<R: Runtime, F: Float + CubeElement>(client: &ComputeClient<R>, cast:
     let layout = BlockLayout::blocks(LEN, COLS, 1, 128);
     let input = client.empty(LEN as usize * size_of::<F>());
     let scales = client.empty(layout.num_blocks() as usize * 4);
-    fp8::quantize::<R, F>(client, input, scales, layout, cast);
+    fp8::quantize::<R, F>(client, input, scales, layout, cast)
+        .expect("the catalog's buffers fit its layouts");
 }
 
 fn dequantize<R: Runtime, F: Float + CubeElement>(client: &ComputeClient<R>, format: Fp8Format) {
     let layout = BlockLayout::blocks(LEN, COLS, 1, 128);
     let codes = client.empty(fp8::packed_len(LEN) as usize * 4);
     let scale_invs = client.empty(layout.num_blocks() as usize * 4);
-    fp8::dequantize::<R, F>(client, codes, scale_invs, layout, format);
+    fp8::dequantize::<R, F>(client, codes, scale_invs, layout, format)
+        .expect("the catalog's buffers fit its layouts");
 }
 
 fn amax<R: Runtime, F: Float + CubeElement>(client: &ComputeClient<R>) {
     let input = client.empty(LEN as usize * size_of::<F>());
-    fp8::amax::<R, F>(client, input, BlockLayout::per_tensor(LEN));
+    fp8::amax::<R, F>(client, input, BlockLayout::per_tensor(LEN))
+        .expect("the catalog's buffers fit its layouts");
 }
 
 fn row_sums<R: Runtime, F: Float + CubeElement>(
@@ -297,14 +300,16 @@ fn row_sums<R: Runtime, F: Float + CubeElement>(
     let bytes = (rows * cols) as usize * size_of::<F>();
     let input = client.empty(bytes);
     let other = product.then(|| client.empty(bytes));
-    accum::launch::row_sums::<R, F>(client, input, other, rows, cols, config);
+    accum::launch::row_sums::<R, F>(client, input, other, rows, cols, config)
+        .expect("the catalog's buffers fit its layouts");
 }
 
 fn matmul<R: Runtime, F: Float + CubeElement>(client: &ComputeClient<R>, config: AccumConfig) {
     let (m, k, n) = (16, 256, 16);
     let a = client.empty((m * k) as usize * size_of::<F>());
     let b = client.empty((k * n) as usize * size_of::<F>());
-    accum::launch::matmul::<R, F>(client, a, b, (m, k, n), config);
+    accum::launch::matmul::<R, F>(client, a, b, (m, k, n), config)
+        .expect("the catalog's buffers fit its layouts");
 }
 
 fn adamw<R: Runtime, G: Float + CubeElement>(client: &ComputeClient<R>, skippable: bool) {
@@ -319,7 +324,8 @@ fn adamw<R: Runtime, G: Float + CubeElement>(client: &ComputeClient<R>, skippabl
     };
     let found = skippable.then(|| client.empty(4));
     let step = AdamwStep::new(1e-3, 0.9, 0.999, 1e-8, 0.01);
-    optim::launch::adamw::<R, G>(client, buffers, found, &step);
+    optim::launch::adamw::<R, G>(client, buffers, found, &step)
+        .expect("the catalog's buffers fit its layouts");
 }
 
 fn empty_words<R: Runtime>(client: &ComputeClient<R>, words: u32) -> Handle {
@@ -336,18 +342,22 @@ pub fn launch<R: Runtime>(client: &ComputeClient<R>, launch: Launch) {
         Launch::Scales(rule) => {
             let blocks = 8;
             let amax = empty_words(client, blocks);
-            fp8::scales(client, amax, blocks, Fp8Format::E4M3, rule);
+            fp8::scales(client, amax, blocks, Fp8Format::E4M3, rule)
+                .expect("the catalog's buffers fit its layouts");
         }
         Launch::Copy => {
-            fp8::copy(client, empty_words(client, LEN), LEN);
+            fp8::copy(client, empty_words(client, LEN), LEN)
+                .expect("the catalog's buffers fit its layouts");
         }
         Launch::Half16Encode(format) => {
             let input = empty_words(client, LEN);
-            half16::launch::encode(client, input, LEN, format);
+            half16::launch::encode(client, input, LEN, format)
+                .expect("the catalog's buffers fit its layouts");
         }
         Launch::Half16Decode(format) => {
             let codes = empty_words(client, half16::launch::packed_len(LEN));
-            half16::launch::decode(client, codes, LEN, format);
+            half16::launch::decode(client, codes, LEN, format)
+                .expect("the catalog's buffers fit its layouts");
         }
         Launch::RowSums {
             elem,
@@ -371,7 +381,8 @@ pub fn launch<R: Runtime>(client: &ComputeClient<R>, launch: Launch) {
                 codes: b,
                 scale_invs: b_scale_invs,
             };
-            accum::launch::fp8_matmul(client, a, b, (m, k, n), format, config);
+            accum::launch::fp8_matmul(client, a, b, (m, k, n), format, config)
+                .expect("the catalog's buffers fit its layouts");
         }
         Launch::Adamw(elem, skippable) => with_elem!(elem, adamw, client, skippable),
     }

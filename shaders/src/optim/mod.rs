@@ -9,4 +9,4 @@
 pub mod kernel;
 pub mod launch;
 
-pub use launch::{AdamwBuffers, adamw};
+pub use launch::{AdamwBuffers, AdamwOutputs, adamw, adamw_into};

@@ -8,14 +8,23 @@ use burn_tensor::{Scalar, TensorMetadata};
 use crate::MixedPrecision;
 use crate::backend::autocast;
 use crate::context;
-use crate::cost::{self, Counted, OpClass};
+use crate::cost::{Counted, OpClass, OpRow};
 use crate::cpu::Routed;
+
+// The ops of `ActivationOps` written out below, each with its class.
+const SOFTMAX: OpRow = OpRow::new("softmax", OpClass::Float32);
+const LOG_SOFTMAX: OpRow = OpRow::new("log_softmax", OpClass::Float32);
+const GELU: OpRow = OpRow::new("gelu", OpClass::Forwarded);
+const RELU: OpRow = OpRow::new("relu", OpClass::Forwarded);
+
+/// Every op of `ActivationOps` written out below: the class table's rows for them.
+const WRITTEN: [OpRow; 4] = [SOFTMAX, LOG_SOFTMAX, GELU, RELU];
 
 /// Softmax or log-softmax in f32: over the last dimension on burn-amp's kernels where the
 /// policy routes (one op reading the input in its dtype, summing in f32, with its own
 /// backward pass), else the input cast to f32 and the backend's op.
 fn softmax_f32<B: Backend>(
-    name: &'static str,
+    row: OpRow,
     log: bool,
     tensor: FloatTensor<B>,
     dim: usize,
@@ -23,12 +32,12 @@ fn softmax_f32<B: Backend>(
 ) -> FloatTensor<B> {
     let op = context::of::<B>(&tensor);
     let last = tensor.shape().num_dims().saturating_sub(1);
-    let _op = cost::op(OpClass::Float32, name, Some(burn_tensor::DType::F32));
+    let _op = row.record(Some(burn_tensor::DType::F32));
     let tensor = match op.routed_ops() {
         Some(ops)
             if dim == last && autocast::dtype::<B>(&tensor) != burn_tensor::FloatDType::F64 =>
         {
-            match (ops.softmax)(tensor, log) {
+            match (ops.softmax)(ops.isa, tensor, log) {
                 Routed::Ran(out) => return out,
                 Routed::Declined(tensor) => tensor,
             }
@@ -49,7 +58,7 @@ fn activation<B: Backend>(
     if autocast::dtype::<B>(&tensor) != burn_tensor::FloatDType::F64
         && let Some(ops) = context::of::<B>(&tensor).routed_ops()
     {
-        return match pick(&ops)(tensor) {
+        return match pick(&ops)(ops.isa, tensor) {
             Routed::Ran(out) => out,
             Routed::Declined(tensor) => inner(tensor),
         };
@@ -88,25 +97,25 @@ macro_rules! activation_forwarded {
 impl<B: Backend> ActivationOps<Self> for MixedPrecision<B> {
     /// Float32 class (see `softmax_f32`).
     fn softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
-        softmax_f32::<B>("softmax", false, tensor, dim, B::softmax)
+        softmax_f32::<B>(SOFTMAX, false, tensor, dim, B::softmax)
     }
 
     /// Float32 class (see `softmax_f32`).
     fn log_softmax(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
-        softmax_f32::<B>("log_softmax", true, tensor, dim, B::log_softmax)
+        softmax_f32::<B>(LOG_SOFTMAX, true, tensor, dim, B::log_softmax)
     }
 
     /// In the input's dtype; on burn-amp's kernels where the policy routes (f32 arithmetic,
     /// a vectorised erf, and its own backward pass).
     fn gelu(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        let _op = cost::forwarded("gelu");
+        let _op = GELU.record(None);
         activation::<B>(tensor, |ops| ops.gelu, B::gelu)
     }
 
     /// In the input's dtype; on burn-amp's kernels where the policy routes (one pass in
     /// f32, its own backward pass; NaN stays NaN there, where Flex's makes it 0).
     fn relu(tensor: FloatTensor<Self>) -> FloatTensor<Self> {
-        let _op = cost::forwarded("relu");
+        let _op = RELU.record(None);
         activation::<B>(tensor, |ops| ops.relu, B::relu)
     }
 
@@ -115,15 +124,10 @@ impl<B: Backend> ActivationOps<Self> for MixedPrecision<B> {
     activation_forwarded!(forward);
 }
 
-/// The class table's rows of `ActivationOps`.
+/// The class table's rows of `ActivationOps`: the ops written out above, then the tables.
 pub(super) fn classes() -> Vec<(&'static str, Counted)> {
-    let mut rows = vec![
-        ("softmax", Counted::Op(OpClass::Float32)),
-        ("log_softmax", Counted::Op(OpClass::Float32)),
-        ("gelu", Counted::Op(OpClass::Forwarded)),
-        ("relu", Counted::Op(OpClass::Forwarded)),
-    ];
-    rows.extend(activation_autocast!(autocast_classes));
-    rows.extend(activation_forwarded!(forward_classes));
-    rows
+    let tables = activation_autocast!(autocast_classes)
+        .into_iter()
+        .chain(activation_forwarded!(forward_classes));
+    super::rows(&WRITTEN, tables)
 }

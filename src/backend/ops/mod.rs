@@ -14,14 +14,15 @@ use burn_tensor::DType;
 use burn_tensor::backend::Backend;
 
 use crate::context::{self, Fp8Use, OpContext};
-use crate::cost::{self, Counted, OpClass};
+use crate::cost::{self, Counted, OpClass, OpRow};
 
 /// A compute-class op written out by hand (not in a `forward!`/`autocast!` table): its row
 /// of the class table and whether its products go through the FP8 site under an FP8
-/// policy, stated once, in its file's list of these rows; the op and the table both read it.
+/// policy, stated once, beside the op; the op and its file's list of written ops (the
+/// class table's rows) both read it.
 #[derive(Clone, Copy, Debug)]
 struct ComputeOp {
-    name: &'static str,
+    row: OpRow,
     fp8: Fp8Use,
 }
 
@@ -29,7 +30,7 @@ impl ComputeOp {
     /// An op whose products run in FP8 under an FP8 policy.
     const fn fp8(name: &'static str) -> Self {
         Self {
-            name,
+            row: OpRow::new(name, OpClass::Compute),
             fp8: Fp8Use::Site,
         }
     }
@@ -37,9 +38,14 @@ impl ComputeOp {
     /// An op that stays in the compute dtype under an FP8 policy.
     const fn no_fp8(name: &'static str) -> Self {
         Self {
-            name,
+            row: OpRow::new(name, OpClass::Compute),
             fp8: Fp8Use::Never,
         }
+    }
+
+    /// The op's name.
+    const fn name(self) -> &'static str {
+        self.row.name
     }
 
     /// What the op runs under on `device`.
@@ -49,13 +55,16 @@ impl ComputeOp {
 
     /// Counts the op in the cost report (and times it), running in `dtype`.
     fn record(self, dtype: Option<DType>) -> cost::Timed {
-        cost::op(OpClass::Compute, self.name, dtype)
+        self.row.record(dtype)
     }
+}
 
-    /// Its row of the class table.
-    fn row(self) -> (&'static str, Counted) {
-        (self.name, Counted::Op(OpClass::Compute))
-    }
+/// The class table's rows of the ops a file writes out by hand, then of its tables.
+fn rows(
+    written: &[OpRow],
+    tables: impl IntoIterator<Item = (&'static str, Counted)>,
+) -> Vec<(&'static str, Counted)> {
+    written.iter().map(|op| op.row()).chain(tables).collect()
 }
 
 /// The class table: every op of Burn's backend traits that

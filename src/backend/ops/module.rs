@@ -15,7 +15,7 @@ use super::ComputeOp;
 use crate::MixedPrecision;
 use crate::backend::autocast;
 use crate::context::{self, with_policy};
-use crate::cost::{self, Counted, OpClass};
+use crate::cost::{Counted, OpClass, OpRow};
 use crate::cpu::{ConvGeometry, Routed};
 
 /// The compute-class ops of `ModuleOps` written out below, and whether each takes FP8:
@@ -33,6 +33,47 @@ const DEFORM_CONV2D: ComputeOp = ComputeOp::no_fp8("deform_conv2d");
 const DEFORM_CONV2D_BACKWARD: ComputeOp = ComputeOp::no_fp8("deform_conv2d_backward");
 const ATTENTION: ComputeOp = ComputeOp::no_fp8("attention");
 const EMBEDDING: ComputeOp = ComputeOp::no_fp8("embedding");
+
+// The other ops of `ModuleOps` written out below, each with its class.
+const LAYER_NORM: OpRow = OpRow::new("layer_norm", OpClass::Float32);
+const CTC_LOSS: OpRow = OpRow::new("ctc_loss", OpClass::Float32);
+const CTC_LOSS_BACKWARD: OpRow = OpRow::new("ctc_loss_backward", OpClass::Float32);
+const RFFT: OpRow = OpRow::new("rfft", OpClass::Float32);
+const IRFFT: OpRow = OpRow::new("irfft", OpClass::Float32);
+const MAX_POOL1D_WITH_INDICES: OpRow = OpRow::new("max_pool1d_with_indices", OpClass::Forwarded);
+const MAX_POOL1D_WITH_INDICES_BACKWARD: OpRow = OpRow::new(
+    "max_pool1d_with_indices_backward",
+    autocast::class::to_widest,
+);
+const MAX_POOL2D_WITH_INDICES: OpRow = OpRow::new("max_pool2d_with_indices", OpClass::Forwarded);
+const MAX_POOL2D_WITH_INDICES_BACKWARD: OpRow = OpRow::new(
+    "max_pool2d_with_indices_backward",
+    autocast::class::to_widest,
+);
+
+/// Every op of `ModuleOps` written out below: the class table's rows for them.
+const WRITTEN: [OpRow; 20] = [
+    LINEAR.row,
+    CONV1D.row,
+    CONV2D.row,
+    CONV3D.row,
+    CONV_TRANSPOSE1D.row,
+    CONV_TRANSPOSE2D.row,
+    CONV_TRANSPOSE3D.row,
+    DEFORM_CONV2D.row,
+    DEFORM_CONV2D_BACKWARD.row,
+    ATTENTION.row,
+    EMBEDDING.row,
+    LAYER_NORM,
+    CTC_LOSS,
+    CTC_LOSS_BACKWARD,
+    RFFT,
+    IRFFT,
+    MAX_POOL1D_WITH_INDICES,
+    MAX_POOL1D_WITH_INDICES_BACKWARD,
+    MAX_POOL2D_WITH_INDICES,
+    MAX_POOL2D_WITH_INDICES_BACKWARD,
+];
 
 /// Casts the inputs of a compute-class module op to the compute dtype of `$op` (its
 /// context, resolved once).
@@ -59,7 +100,7 @@ macro_rules! conv_ops {
                 let op = $row.resolve::<B>(&B::float_device(&x));
                 let _op = $row.record(Some(op.policy.compute_dtype().into()));
                 compute_inputs!(op; x, weight; bias);
-                op.compute(stringify!($name), x, weight, |x, weight| {
+                op.compute($row.name(), x, weight, |x, weight| {
                     B::$name(x, weight, bias, options)
                 })
             }
@@ -103,7 +144,7 @@ where
         None => (x, weight, bias),
     };
     compute_inputs!(op; x, weight; bias);
-    op.compute(row.name, x, weight, |x, weight| {
+    op.compute(row.name(), x, weight, |x, weight| {
         inner(x, weight, bias, options)
     })
 }
@@ -178,7 +219,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
             return autocast::linear::<B>(routed, x, weight, bias, &op);
         }
         compute_inputs!(op; x, weight; bias);
-        op.compute(LINEAR.name, x, weight, |x, weight| {
+        op.compute(LINEAR.name(), x, weight, |x, weight| {
             autocast::linear::<B>(routed, x, weight, bias, &op)
         })
     }
@@ -271,14 +312,10 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         epsilon: f64,
     ) -> FloatTensor<Self> {
         let op = context::of::<B>(&tensor);
-        let _op = cost::op(
-            OpClass::Float32,
-            "layer_norm",
-            Some(burn_tensor::DType::F32),
-        );
+        let _op = LAYER_NORM.record(Some(burn_tensor::DType::F32));
         let (tensor, gamma, beta) = match op.routed_ops() {
             Some(ops) if !autocast::any_f64::<B>(&[Some(&tensor), Some(&gamma), beta.as_ref()]) => {
-                match (ops.layer_norm)((tensor, gamma, beta, epsilon)) {
+                match (ops.layer_norm)(ops.isa, (tensor, gamma, beta, epsilon)) {
                     Routed::Ran(out) => return out,
                     Routed::Declined((tensor, gamma, beta, _)) => (tensor, gamma, beta),
                 }
@@ -302,7 +339,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         let op = context::of::<B>(&log_probs);
         let [log_probs] = autocast::to_f32::<B, 1>([log_probs], &op);
-        let _op = cost::op(OpClass::Float32, "ctc_loss", Some(log_probs.dtype()));
+        let _op = CTC_LOSS.record(Some(log_probs.dtype()));
         B::ctc_loss(log_probs, targets, input_lengths, target_lengths, blank)
     }
 
@@ -313,7 +350,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let op = context::of::<B>(&signal);
         let [signal] = autocast::to_f32::<B, 1>([signal], &op);
-        let _op = cost::op(OpClass::Float32, "rfft", Some(signal.dtype()));
+        let _op = RFFT.record(Some(signal.dtype()));
         B::rfft(signal, dim, n)
     }
 
@@ -325,7 +362,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         let op = context::of::<B>(&spectrum_re);
         let [re, im] = autocast::to_f32::<B, 2>([spectrum_re, spectrum_im], &op);
-        let _op = cost::op(OpClass::Float32, "irfft", Some(re.dtype()));
+        let _op = IRFFT.record(Some(re.dtype()));
         B::irfft(re, im, dim, n)
     }
 
@@ -361,7 +398,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         dilation: usize,
         ceil_mode: bool,
     ) -> MaxPool1dWithIndices<Self> {
-        let _op = cost::forwarded("max_pool1d_with_indices");
+        let _op = MAX_POOL1D_WITH_INDICES.record(None);
         let out = B::max_pool1d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode);
         MaxPool1dWithIndices::new(out.output, out.indices)
     }
@@ -378,11 +415,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     ) -> MaxPool1dBackward<Self> {
         let op = context::of::<B>(&x);
         let [x, output_grad] = autocast::to_widest::<B, 2>([x, output_grad], &op);
-        let _op = cost::op(
-            OpClass::Promote,
-            "max_pool1d_with_indices_backward",
-            Some(x.dtype()),
-        );
+        let _op = MAX_POOL1D_WITH_INDICES_BACKWARD.record(Some(x.dtype()));
         let g = B::max_pool1d_with_indices_backward(
             x,
             kernel_size,
@@ -404,7 +437,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         dilation: [usize; 2],
         ceil_mode: bool,
     ) -> MaxPool2dWithIndices<Self> {
-        let _op = cost::forwarded("max_pool2d_with_indices");
+        let _op = MAX_POOL2D_WITH_INDICES.record(None);
         let out = B::max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode);
         MaxPool2dWithIndices::new(out.output, out.indices)
     }
@@ -421,11 +454,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     ) -> MaxPool2dBackward<Self> {
         let op = context::of::<B>(&x);
         let [x, output_grad] = autocast::to_widest::<B, 2>([x, output_grad], &op);
-        let _op = cost::op(
-            OpClass::Promote,
-            "max_pool2d_with_indices_backward",
-            Some(x.dtype()),
-        );
+        let _op = MAX_POOL2D_WITH_INDICES_BACKWARD.record(Some(x.dtype()));
         let g = B::max_pool2d_with_indices_backward(
             x,
             kernel_size,
@@ -455,11 +484,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         let op = context::of::<B>(&log_probs);
         let [log_probs, grad_loss] = autocast::to_f32::<B, 2>([log_probs, grad_loss], &op);
-        let _op = cost::op(
-            OpClass::Float32,
-            "ctc_loss_backward",
-            Some(log_probs.dtype()),
-        );
+        let _op = CTC_LOSS_BACKWARD.record(Some(log_probs.dtype()));
         B::ctc_loss_backward(
             log_probs,
             targets,
@@ -475,35 +500,8 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
 
 /// The class table's rows of `ModuleOps`: the ops written out above, then the tables.
 pub(super) fn classes() -> Vec<(&'static str, Counted)> {
-    use Counted::Op;
-    use OpClass::*;
-    let mut rows: Vec<_> = [
-        LINEAR,
-        CONV1D,
-        CONV2D,
-        CONV3D,
-        CONV_TRANSPOSE1D,
-        CONV_TRANSPOSE2D,
-        CONV_TRANSPOSE3D,
-        DEFORM_CONV2D,
-        DEFORM_CONV2D_BACKWARD,
-        ATTENTION,
-        EMBEDDING,
-    ]
-    .map(ComputeOp::row)
-    .into();
-    rows.extend([
-        ("layer_norm", Op(Float32)),
-        ("ctc_loss", Op(Float32)),
-        ("rfft", Op(Float32)),
-        ("irfft", Op(Float32)),
-        ("max_pool1d_with_indices", Op(Forwarded)),
-        ("max_pool1d_with_indices_backward", Op(Promote)),
-        ("max_pool2d_with_indices", Op(Forwarded)),
-        ("max_pool2d_with_indices_backward", Op(Promote)),
-        ("ctc_loss_backward", Op(Float32)),
-    ]);
-    rows.extend(module_autocast!(autocast_classes));
-    rows.extend(module_forwarded!(forward_classes));
-    rows
+    let tables = module_autocast!(autocast_classes)
+        .into_iter()
+        .chain(module_forwarded!(forward_classes));
+    super::rows(&WRITTEN, tables)
 }

@@ -8,7 +8,7 @@ use burn_tensor::{
 };
 
 use crate::MixedPrecision;
-use crate::cost::{self, Counted, OpClass};
+use crate::cost::{Counted, OpClass, OpRow};
 
 /// Re-tags an inner backend's tensor primitive as the decorator's (same payload).
 fn retag<B: Backend>(tensor: TensorPrimitive<B>) -> TensorPrimitive<MixedPrecision<B>> {
@@ -112,13 +112,17 @@ macro_rules! q_forwarded {
     };
 }
 
+// The ops of `QTensorOps` written out below: forwarded, as Burn's quantized tensors are.
+const QUANTIZE: OpRow = OpRow::new("quantize", OpClass::Forwarded);
+const Q_MATMUL: OpRow = OpRow::new("q_matmul", OpClass::Forwarded);
+
 impl<B: Backend> QTensorOps<Self> for MixedPrecision<B> {
     fn quantize(
         tensor: FloatTensor<Self>,
         scheme: &QuantScheme,
         qparams: QuantizationParametersPrimitive<Self>,
     ) -> QuantizedTensor<Self> {
-        let _op = cost::forwarded("quantize");
+        let _op = QUANTIZE.record(None);
         B::quantize(
             tensor,
             scheme,
@@ -129,7 +133,7 @@ impl<B: Backend> QTensorOps<Self> for MixedPrecision<B> {
     }
 
     fn q_matmul(lhs: TensorPrimitive<Self>, rhs: TensorPrimitive<Self>) -> TensorPrimitive<Self> {
-        let _op = cost::forwarded("q_matmul");
+        let _op = Q_MATMUL.record(None);
         retag(B::q_matmul(untag(lhs), untag(rhs)))
     }
 
@@ -138,8 +142,5 @@ impl<B: Backend> QTensorOps<Self> for MixedPrecision<B> {
 
 /// The class table's rows of `QTensorOps`: Burn's quantized tensors are forwarded.
 pub(super) fn classes() -> Vec<(&'static str, Counted)> {
-    let forwarded = Counted::Op(OpClass::Forwarded);
-    let mut rows = vec![("quantize", forwarded), ("q_matmul", forwarded)];
-    rows.extend(q_forwarded!(forward_classes));
-    rows
+    super::rows(&[QUANTIZE, Q_MATMUL], q_forwarded!(forward_classes))
 }

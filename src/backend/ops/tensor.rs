@@ -16,10 +16,12 @@ use super::ComputeOp;
 use crate::MixedPrecision;
 use crate::backend::autocast;
 use crate::context::{self, Fp8Use, OpContext};
-use crate::cost::{self, Counted, OpClass};
+use crate::cost::{Counted, OpClass, OpRow};
 
 /// Under a policy whose variables are not f32 (`float16`, `bfloat16`), a float tensor
-/// created in f32 is created in the variable dtype instead; explicit other dtypes are kept.
+/// created in f32 by a creation op (`zeros`, `ones`, `full`, `empty`, `random`: what
+/// initializers and dropout masks are made with) is created in the variable dtype instead;
+/// explicit other dtypes are kept.
 fn creation_dtype<B: Backend>(device: &B::Device, requested: FloatDType) -> FloatDType {
     match requested {
         FloatDType::F32 => context::policy::<B>(device).variable_dtype(),
@@ -27,8 +29,63 @@ fn creation_dtype<B: Backend>(device: &B::Device, requested: FloatDType) -> Floa
     }
 }
 
-/// The compute-class ops of `FloatTensorOps` written out below.
+/// The compute-class op of `FloatTensorOps` written out below.
 const MATMUL: ComputeOp = ComputeOp::fp8("float_matmul");
+
+// The other ops of `FloatTensorOps` written out below, each with its class.
+const CAST: OpRow = OpRow::new("float_cast", OpClass::Forwarded);
+const SET_REQUIRE_GRAD: OpRow = OpRow::new("float_set_require_grad", OpClass::Forwarded);
+const FROM_DATA: OpRow = OpRow::new("float_from_data", OpClass::Create);
+const ADD: OpRow = OpRow::new("float_add", autocast::class::to_widest);
+const SUB: OpRow = OpRow::new("float_sub", autocast::class::to_widest);
+const MUL: OpRow = OpRow::new("float_mul", autocast::class::to_widest);
+const DIV: OpRow = OpRow::new("float_div", autocast::class::to_widest);
+const ADD_SCALAR: OpRow = OpRow::new("float_add_scalar", OpClass::Forwarded);
+const SUB_SCALAR: OpRow = OpRow::new("float_sub_scalar", OpClass::Forwarded);
+const MUL_SCALAR: OpRow = OpRow::new("float_mul_scalar", OpClass::Forwarded);
+const DIV_SCALAR: OpRow = OpRow::new("float_div_scalar", OpClass::Forwarded);
+const RANDOM: OpRow = OpRow::new("float_random", OpClass::Create);
+const RESHAPE: OpRow = OpRow::new("float_reshape", OpClass::Forwarded);
+const SWAP_DIMS: OpRow = OpRow::new("float_swap_dims", OpClass::Forwarded);
+const ZEROS: OpRow = OpRow::new("float_zeros", OpClass::Create);
+const ONES: OpRow = OpRow::new("float_ones", OpClass::Create);
+const FULL: OpRow = OpRow::new("float_full", OpClass::Create);
+const EMPTY: OpRow = OpRow::new("float_empty", OpClass::Create);
+const CAT: OpRow = OpRow::new("float_cat", autocast::class::to_widest);
+const MASK_WHERE: OpRow = OpRow::new("float_mask_where", autocast::class::to_widest);
+const SLICE_ASSIGN: OpRow = OpRow::new("float_slice_assign", autocast::class::to_dtype_of_first);
+const SCATTER_ADD: OpRow = OpRow::new("float_scatter_add", autocast::class::to_dtype_of_first);
+const SELECT_ADD: OpRow = OpRow::new("float_select_add", autocast::class::to_dtype_of_first);
+const SCATTER_ND: OpRow = OpRow::new("float_scatter_nd", autocast::class::to_dtype_of_first);
+
+/// Every op of `FloatTensorOps` written out below: the class table's rows for them.
+const WRITTEN: [OpRow; 25] = [
+    MATMUL.row,
+    CAST,
+    SET_REQUIRE_GRAD,
+    FROM_DATA,
+    ADD,
+    SUB,
+    MUL,
+    DIV,
+    ADD_SCALAR,
+    SUB_SCALAR,
+    MUL_SCALAR,
+    DIV_SCALAR,
+    RANDOM,
+    RESHAPE,
+    SWAP_DIMS,
+    ZEROS,
+    ONES,
+    FULL,
+    EMPTY,
+    CAT,
+    MASK_WHERE,
+    SLICE_ASSIGN,
+    SCATTER_ADD,
+    SELECT_ADD,
+    SCATTER_ND,
+];
 
 /// The ops of `FloatTensorOps` that apply one casting rule.
 macro_rules! float_autocast {
@@ -170,7 +227,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
 
     /// On burn-amp's vectorised casts where the backend has them (Flex).
     fn float_cast(tensor: FloatTensor<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        let _op = cost::op(OpClass::Forwarded, "float_cast", Some(dtype.into()));
+        let _op = CAST.record(Some(dtype.into()));
         // Only the policy's kernels are asked (unchecked): a cast the user asks for is not one
         // of the policy's and runs on any backend.
         let op = OpContext::<B>::new(context::current(&B::float_device(&tensor)));
@@ -183,7 +240,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     /// in f32 (Burn's Adam squares the gradient, a float32-class op) leaves the variables
     /// in their dtype.
     fn float_set_require_grad(tensor: FloatTensor<Self>, require_grad: bool) -> FloatTensor<Self> {
-        let _op = cost::forwarded("float_set_require_grad");
+        let _op = SET_REQUIRE_GRAD.record(None);
         let tensor = if require_grad && autocast::dtype::<B>(&tensor) == FloatDType::F32 {
             let op = context::of::<B>(&tensor);
             autocast::cast::<B>(tensor, op.policy.variable_dtype(), &op)
@@ -193,74 +250,47 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         B::float_set_require_grad(tensor, require_grad)
     }
 
+    /// Creation class: a tensor made from data keeps the data's dtype under every policy,
+    /// so a checkpoint's tensors (an optimizer's f32 state, saved by Burn's recorders in
+    /// the precision they were made with) come back as they were saved. Variables are
+    /// narrowed where they become variables ([`float_set_require_grad`](Self::float_set_require_grad)).
     fn float_from_data(data: TensorData, device: &Device<Self>) -> FloatTensor<Self> {
-        let _op = cost::op(OpClass::Create, "float_from_data", None);
-        let requested = FloatDType::from(data.dtype);
-        let tensor = B::float_from_data(data, device);
-        let op = context::resolve::<B>(device, Fp8Use::Never);
-        let dtype = match requested {
-            FloatDType::F32 => op.policy.variable_dtype(),
-            other => other,
-        };
-        autocast::cast::<B>(tensor, dtype, &op)
+        let _op = FROM_DATA.record(None);
+        B::float_from_data(data, device)
     }
 
     /// Promote class; 16-bit operands on burn-amp's kernels where the policy routes.
     fn float_add(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        autocast::arithmetic::<B>(BinaryOp::Add, "float_add", lhs, rhs, B::float_add)
+        autocast::arithmetic::<B>(BinaryOp::Add, ADD, lhs, rhs, B::float_add)
     }
 
     fn float_sub(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        autocast::arithmetic::<B>(BinaryOp::Sub, "float_sub", lhs, rhs, B::float_sub)
+        autocast::arithmetic::<B>(BinaryOp::Sub, SUB, lhs, rhs, B::float_sub)
     }
 
     fn float_mul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        autocast::arithmetic::<B>(BinaryOp::Mul, "float_mul", lhs, rhs, B::float_mul)
+        autocast::arithmetic::<B>(BinaryOp::Mul, MUL, lhs, rhs, B::float_mul)
     }
 
     fn float_div(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
-        autocast::arithmetic::<B>(BinaryOp::Div, "float_div", lhs, rhs, B::float_div)
+        autocast::arithmetic::<B>(BinaryOp::Div, DIV, lhs, rhs, B::float_div)
     }
 
     /// Forwarded; a 16-bit tensor on burn-amp's kernels where the policy routes.
     fn float_add_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
-        autocast::arithmetic_scalar::<B>(
-            BinaryOp::Add,
-            "float_add_scalar",
-            lhs,
-            rhs,
-            B::float_add_scalar,
-        )
+        autocast::arithmetic_scalar::<B>(BinaryOp::Add, ADD_SCALAR, lhs, rhs, B::float_add_scalar)
     }
 
     fn float_sub_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
-        autocast::arithmetic_scalar::<B>(
-            BinaryOp::Sub,
-            "float_sub_scalar",
-            lhs,
-            rhs,
-            B::float_sub_scalar,
-        )
+        autocast::arithmetic_scalar::<B>(BinaryOp::Sub, SUB_SCALAR, lhs, rhs, B::float_sub_scalar)
     }
 
     fn float_mul_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
-        autocast::arithmetic_scalar::<B>(
-            BinaryOp::Mul,
-            "float_mul_scalar",
-            lhs,
-            rhs,
-            B::float_mul_scalar,
-        )
+        autocast::arithmetic_scalar::<B>(BinaryOp::Mul, MUL_SCALAR, lhs, rhs, B::float_mul_scalar)
     }
 
     fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
-        autocast::arithmetic_scalar::<B>(
-            BinaryOp::Div,
-            "float_div_scalar",
-            lhs,
-            rhs,
-            B::float_div_scalar,
-        )
+        autocast::arithmetic_scalar::<B>(BinaryOp::Div, DIV_SCALAR, lhs, rhs, B::float_div_scalar)
     }
 
     /// Creation class. Under a mixed policy whose backend has burn-amp's kernels, a
@@ -272,14 +302,14 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         device: &Device<Self>,
         dtype: FloatDType,
     ) -> FloatTensor<Self> {
-        let _op = cost::op(OpClass::Create, "float_random", None);
+        let _op = RANDOM.record(None);
         let dtype = creation_dtype::<B>(device, dtype);
         if let Distribution::Bernoulli(p) = distribution
             && (0.0..=1.0).contains(&p)
             && dtype != FloatDType::F64
             && let Some(ops) = context::resolve::<B>(device, Fp8Use::Never).routed_ops()
         {
-            return (ops.bernoulli)(shape, p, dtype.into());
+            return (ops.bernoulli)(ops.isa, shape, p, dtype.into());
         }
         B::float_random(shape, distribution, device, dtype)
     }
@@ -287,7 +317,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     /// Forwarded; where the policy routes, a view the reshape would copy is made contiguous
     /// first on burn-amp's layout kernel (with its own backward pass).
     fn float_reshape(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self> {
-        let _op = cost::forwarded("float_reshape");
+        let _op = RESHAPE.record(None);
         let tensor = match context::of::<B>(&tensor).routed_ops() {
             Some(ops) => (ops.contiguous)(tensor),
             None => tensor,
@@ -297,7 +327,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
 
     /// Forwarded (a view); where the policy routes, its gradient comes back contiguous.
     fn float_swap_dims(tensor: FloatTensor<Self>, dim1: usize, dim2: usize) -> FloatTensor<Self> {
-        let _op = cost::forwarded("float_swap_dims");
+        let _op = SWAP_DIMS.record(None);
         match context::of::<B>(&tensor).routed_ops() {
             Some(ops) => (ops.swap_dims)(tensor, dim1, dim2),
             None => B::float_swap_dims(tensor, dim1, dim2),
@@ -305,12 +335,12 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     }
 
     fn float_zeros(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        let _op = cost::op(OpClass::Create, "float_zeros", None);
+        let _op = ZEROS.record(None);
         B::float_zeros(shape, device, creation_dtype::<B>(device, dtype))
     }
 
     fn float_ones(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        let _op = cost::op(OpClass::Create, "float_ones", None);
+        let _op = ONES.record(None);
         B::float_ones(shape, device, creation_dtype::<B>(device, dtype))
     }
 
@@ -320,7 +350,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         device: &Device<Self>,
         dtype: FloatDType,
     ) -> FloatTensor<Self> {
-        let _op = cost::op(OpClass::Create, "float_full", None);
+        let _op = FULL.record(None);
         B::float_full(
             shape,
             fill_value,
@@ -330,12 +360,12 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     }
 
     fn float_empty(shape: Shape, device: &Device<Self>, dtype: FloatDType) -> FloatTensor<Self> {
-        let _op = cost::op(OpClass::Create, "float_empty", None);
+        let _op = EMPTY.record(None);
         B::float_empty(shape, device, creation_dtype::<B>(device, dtype))
     }
 
     fn float_cat(tensors: Vec<FloatTensor<Self>>, dim: usize) -> FloatTensor<Self> {
-        let _op = cost::op(OpClass::Promote, "float_cat", None);
+        let _op = CAT.record(None);
         let Some(first) = tensors.first() else {
             return B::float_cat(tensors, dim);
         };
@@ -350,7 +380,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         let op = context::of::<B>(&tensor);
         let [tensor, value] = autocast::to_widest::<B, 2>([tensor, value], &op);
-        let _op = cost::op(OpClass::Promote, "float_mask_where", Some(tensor.dtype()));
+        let _op = MASK_WHERE.record(Some(tensor.dtype()));
         B::float_mask_where(tensor, mask, value)
     }
 
@@ -361,11 +391,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         let op = context::of::<B>(&tensor);
         let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value], &op);
-        let _op = cost::op(
-            autocast::class::to_dtype_of_first,
-            "float_slice_assign",
-            None,
-        );
+        let _op = SLICE_ASSIGN.record(None);
         B::float_slice_assign(tensor, slices, value)
     }
 
@@ -377,11 +403,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         let op = context::of::<B>(&tensor);
         let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value], &op);
-        let _op = cost::op(
-            autocast::class::to_dtype_of_first,
-            "float_scatter_add",
-            None,
-        );
+        let _op = SCATTER_ADD.record(None);
         B::float_scatter_add(dim, tensor, indices, value)
     }
 
@@ -393,7 +415,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         let op = context::of::<B>(&tensor);
         let [tensor, value] = autocast::to_dtype_of_first::<B, 2>([tensor, value], &op);
-        let _op = cost::op(autocast::class::to_dtype_of_first, "float_select_add", None);
+        let _op = SELECT_ADD.record(None);
         B::float_select_add(tensor, dim, indices, value)
     }
 
@@ -405,7 +427,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     ) -> FloatTensor<Self> {
         let op = context::of::<B>(&data);
         let [data, values] = autocast::to_dtype_of_first::<B, 2>([data, values], &op);
-        let _op = cost::op(autocast::class::to_dtype_of_first, "float_scatter_nd", None);
+        let _op = SCATTER_ND.record(None);
         B::float_scatter_nd(data, indices, values, reduction)
     }
 
@@ -416,36 +438,8 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
 
 /// The class table's rows of `FloatTensorOps`: the ops written out above, then the tables.
 pub(super) fn classes() -> Vec<(&'static str, Counted)> {
-    use Counted::Op;
-    use OpClass::*;
-    let mut rows = vec![
-        MATMUL.row(),
-        ("float_cast", Op(Forwarded)),
-        ("float_set_require_grad", Op(Forwarded)),
-        ("float_from_data", Op(Create)),
-        ("float_add", Op(Promote)),
-        ("float_sub", Op(Promote)),
-        ("float_mul", Op(Promote)),
-        ("float_div", Op(Promote)),
-        ("float_add_scalar", Op(Forwarded)),
-        ("float_sub_scalar", Op(Forwarded)),
-        ("float_mul_scalar", Op(Forwarded)),
-        ("float_div_scalar", Op(Forwarded)),
-        ("float_random", Op(Create)),
-        ("float_reshape", Op(Forwarded)),
-        ("float_swap_dims", Op(Forwarded)),
-        ("float_zeros", Op(Create)),
-        ("float_ones", Op(Create)),
-        ("float_full", Op(Create)),
-        ("float_empty", Op(Create)),
-        ("float_cat", Op(Promote)),
-        ("float_mask_where", Op(Promote)),
-        ("float_slice_assign", Op(Assign)),
-        ("float_scatter_add", Op(Assign)),
-        ("float_select_add", Op(Assign)),
-        ("float_scatter_nd", Op(Assign)),
-    ];
-    rows.extend(float_autocast!(autocast_classes));
-    rows.extend(float_forwarded!(forward_classes));
-    rows
+    let tables = float_autocast!(autocast_classes)
+        .into_iter()
+        .chain(float_forwarded!(forward_classes));
+    super::rows(&WRITTEN, tables)
 }

@@ -12,7 +12,7 @@ use crate::dtype::with_float;
 /// `t` in `dtype`. Views that cover their buffer in some order of dimensions (a transposed
 /// weight) are cast in place of a copy, keeping their strides; other views are made
 /// contiguous first. Dtypes the kernels do not take (f64) go to Flex.
-pub(crate) fn cast(t: FlexTensor, dtype: FloatDType) -> FlexTensor {
+pub(crate) fn cast(isa: Isa, t: FlexTensor, dtype: FloatDType) -> FlexTensor {
     let target = DType::from(dtype);
     if t.dtype() == target {
         return t;
@@ -25,7 +25,6 @@ pub(crate) fn cast(t: FlexTensor, dtype: FloatDType) -> FlexTensor {
     } else {
         t.to_contiguous()
     };
-    let isa = Isa::detect();
     let layout = t.layout().clone();
     let bytes = with_float!(t.dtype(), S => {
         let src = &t.storage::<S>()[..layout.num_elements()];

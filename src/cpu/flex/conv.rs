@@ -109,25 +109,25 @@ impl ConvPlan {
         (0..n.div_ceil(step)).map(move |i| i * step..n.min((i + 1) * step))
     }
 
-    /// The convolution of `x` by `weight` plus `bias`, operands rounded to `format`, in
-    /// `out`.
+    /// The convolution of `x` by `weight` plus `bias`, operands rounded to `kernel`'s
+    /// format, in `out`.
     pub(crate) fn forward(
         &self,
+        kernel: Kernel,
         x: &FlexTensor,
         weight: &FlexTensor,
         bias: Option<&FlexTensor>,
-        format: Format,
         out: DType,
     ) -> FlexTensor {
         let (x, weight) = (contiguous(x), contiguous(weight));
-        let bias = bias.map(|b| values_f32(&contiguous(b)));
+        let bias = bias.map(|b| values_f32(kernel.isa(), &contiguous(b)));
         with_float!(x.dtype(), X => with_float!(weight.dtype(), W => with_float!(out, O => {
-            with_format!(format, F => from_vec::<O>(
+            with_format!(kernel.format(), F => from_vec::<O>(
                 self.forward_typed::<X, W, F, O>(
+                    kernel,
                     values::<X>(&x),
                     values::<W>(&weight),
                     bias.as_deref(),
-                    format,
                 ),
                 self.out.clone(),
             ))
@@ -136,13 +136,12 @@ impl ConvPlan {
 
     fn forward_typed<X: CpuFloat, W: CpuFloat, F: CpuFloat, O: CpuFloat>(
         &self,
+        kernel: Kernel,
         x: &[X],
         weight: &[W],
         bias: Option<&[f32]>,
-        format: Format,
     ) -> Vec<O> {
-        let isa = Isa::detect();
-        let kernel = Kernel::select(isa, format);
+        let isa = kernel.isa();
         let (k, l, oc) = (
             self.shape.patch(),
             self.shape.positions(),
@@ -205,29 +204,29 @@ impl ConvPlan {
 
     /// The gradients of `x`, `weight` and the bias (those `wants` asks for) from the
     /// output's gradient `dy`, each in its dtype of `dtypes`, the products' operands
-    /// rounded to `format`.
+    /// rounded to `kernel`'s format.
     pub(crate) fn backward(
         &self,
+        kernel: Kernel,
         x: &FlexTensor,
         weight: &FlexTensor,
         dy: &FlexTensor,
         wants: [bool; 3],
         dtypes: [DType; 3],
-        format: Format,
     ) -> [Option<FlexTensor>; 3] {
         let (x, weight, dy) = (contiguous(x), contiguous(weight), contiguous(dy));
         let [dx, dw, db] = with_float!(x.dtype(), X => with_float!(weight.dtype(), W => {
-            with_float!(dy.dtype(), G => with_format!(format, F => {
+            with_float!(dy.dtype(), G => with_format!(kernel.format(), F => {
                 self.backward_typed::<X, W, G, F>(
+                    kernel,
                     values::<X>(&x),
                     values::<W>(&weight),
                     values::<G>(&dy),
                     wants,
-                    format,
                 )
             }))
         }));
-        let isa = Isa::detect();
+        let isa = kernel.isa();
         let to = |v: Option<Vec<f32>>, dtype: DType, shape: Shape| {
             v.map(
                 |v| with_float!(dtype, D => from_vec::<D>(cast::to_vec::<f32, D>(isa, &v), shape)),
@@ -242,14 +241,13 @@ impl ConvPlan {
 
     fn backward_typed<X: CpuFloat, W: CpuFloat, G: CpuFloat, F: CpuFloat>(
         &self,
+        kernel: Kernel,
         x: &[X],
         weight: &[W],
         dy: &[G],
         wants: [bool; 3],
-        format: Format,
     ) -> [Option<Vec<f32>>; 3] {
-        let isa = Isa::detect();
-        let kernel = Kernel::select(isa, format);
+        let isa = kernel.isa();
         let (k, l, oc) = (
             self.shape.patch(),
             self.shape.positions(),

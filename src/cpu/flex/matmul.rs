@@ -4,7 +4,7 @@
 //! its operand's dtype (an f32 weight gets an f32 gradient, with no bf16 copy between).
 
 use burn::backend::flex::FlexTensor;
-use burn_amp_kernels::cpu::cast::{CpuFloat, Format};
+use burn_amp_kernels::cpu::cast::CpuFloat;
 use burn_amp_kernels::cpu::gemm::{self, Kernel};
 use burn_amp_kernels::cpu::{Isa, cast};
 use burn_tensor::{DType, Shape};
@@ -48,24 +48,24 @@ impl Plan {
         None
     }
 
-    /// `lhs @ rhs`, operands rounded to `format`, in `out`.
+    /// `lhs @ rhs`, operands rounded to `kernel`'s format, in `out`.
     pub(crate) fn forward(
         &self,
+        kernel: Kernel,
         lhs: &FlexTensor,
         rhs: &FlexTensor,
-        format: Format,
         out: DType,
     ) -> FlexTensor {
         match self {
-            Plan::Batched => product(lhs, false, rhs, false, None, format, out),
+            Plan::Batched => product(kernel, lhs, false, rhs, false, None, out),
             Plan::Shared { out: shape } => {
                 let y = product(
+                    kernel,
                     &flatten_rows(lhs),
                     false,
                     &squeeze(rhs),
                     false,
                     None,
-                    format,
                     out,
                 );
                 reshaped(y, shape.clone())
@@ -76,22 +76,22 @@ impl Plan {
     /// The gradient of `lhs` from the output's: `grad @ rhs^T`, in `dtype`.
     pub(crate) fn grad_lhs(
         &self,
+        kernel: Kernel,
         grad: &FlexTensor,
         rhs: &FlexTensor,
         lhs_shape: &Shape,
-        format: Format,
         dtype: DType,
     ) -> FlexTensor {
         match self {
-            Plan::Batched => product(grad, false, rhs, true, None, format, dtype),
+            Plan::Batched => product(kernel, grad, false, rhs, true, None, dtype),
             Plan::Shared { .. } => {
                 let g = product(
+                    kernel,
                     &flatten_rows(grad),
                     false,
                     &squeeze(rhs),
                     true,
                     None,
-                    format,
                     dtype,
                 );
                 reshaped(g, lhs_shape.clone())
@@ -102,22 +102,22 @@ impl Plan {
     /// The gradient of `rhs` from the output's: `lhs^T @ grad`, in `dtype`.
     pub(crate) fn grad_rhs(
         &self,
+        kernel: Kernel,
         lhs: &FlexTensor,
         grad: &FlexTensor,
         rhs_shape: &Shape,
-        format: Format,
         dtype: DType,
     ) -> FlexTensor {
         match self {
-            Plan::Batched => product(lhs, true, grad, false, None, format, dtype),
+            Plan::Batched => product(kernel, lhs, true, grad, false, None, dtype),
             Plan::Shared { .. } => {
                 let g = product(
+                    kernel,
                     &flatten_rows(lhs),
                     true,
                     &flatten_rows(grad),
                     false,
                     None,
-                    format,
                     dtype,
                 );
                 reshaped(g, rhs_shape.clone())
@@ -158,17 +158,17 @@ pub(crate) fn takes_linear(x: &FlexTensor, weight: &FlexTensor, bias: Option<&Fl
 
 /// `x @ weight + bias` over the last dimension of `x` (`weight` is `[in, out]`), in `out`.
 pub(crate) fn linear(
+    kernel: Kernel,
     x: &FlexTensor,
     weight: &FlexTensor,
     bias: Option<&FlexTensor>,
-    format: Format,
     out: DType,
 ) -> FlexTensor {
     let mut shape = x.layout().shape().to_vec();
     let last = shape.len() - 1;
     shape[last] = weight.layout().shape()[1];
-    let bias = bias.map(values_f32);
-    let y = product(&flatten_rows(x), false, weight, false, bias, format, out);
+    let bias = bias.map(|b| values_f32(kernel.isa(), b));
+    let y = product(kernel, &flatten_rows(x), false, weight, false, bias, out);
     reshaped(y, Shape::from(shape))
 }
 
@@ -176,12 +176,12 @@ pub(crate) fn linear(
 /// `grad @ weight^T`, `x^T @ grad` and the column sums of `grad`, each in its operand's
 /// dtype.
 pub(crate) fn linear_grads(
+    kernel: Kernel,
     grad: &FlexTensor,
     x: Option<&FlexTensor>,
     weight: Option<&FlexTensor>,
     dtypes: [DType; 3],
     wants: [bool; 3],
-    format: Format,
 ) -> [Option<FlexTensor>; 3] {
     let g = flatten_rows(grad);
     let grad_x = (wants[0]).then(|| {
@@ -189,19 +189,19 @@ pub(crate) fn linear_grads(
         let mut shape = grad.layout().shape().to_vec();
         let last = shape.len() - 1;
         shape[last] = weight.layout().shape()[0];
-        let gx = product(&g, false, weight, true, None, format, dtypes[0]);
+        let gx = product(kernel, &g, false, weight, true, None, dtypes[0]);
         reshaped(gx, Shape::from(shape))
     });
     let grad_w = (wants[1]).then(|| {
         let x = x.expect("x is kept when the weight needs a gradient");
-        product(&flatten_rows(x), true, &g, false, None, format, dtypes[1])
+        product(kernel, &flatten_rows(x), true, &g, false, None, dtypes[1])
     });
-    let grad_b = (wants[2]).then(|| column_sums(&g, dtypes[2]));
+    let grad_b = (wants[2]).then(|| column_sums(kernel.isa(), &g, dtypes[2]));
     [grad_x, grad_w, grad_b]
 }
 
 /// The sum of each column of a `[rows, cols]` matrix, in f32, then in `dtype`.
-fn column_sums(g: &FlexTensor, dtype: DType) -> FlexTensor {
+fn column_sums(isa: Isa, g: &FlexTensor, dtype: DType) -> FlexTensor {
     let g = if g.layout().strides()[1] == 1 {
         g.clone()
     } else {
@@ -210,7 +210,6 @@ fn column_sums(g: &FlexTensor, dtype: DType) -> FlexTensor {
     let layout = g.layout();
     let (rows, cols) = (layout.shape()[0], layout.shape()[1]);
     let (start, row_stride) = (layout.start_offset(), layout.strides()[0]);
-    let isa = Isa::detect();
     let sums = with_float!(g.dtype(), T => {
         let data = g.storage::<T>();
         let partial = |range: core::ops::Range<usize>| {
@@ -240,15 +239,14 @@ fn column_sums(g: &FlexTensor, dtype: DType) -> FlexTensor {
 /// `a @ b` (each optionally transposed in its last two dimensions, both with the same
 /// batch dimensions) plus `bias`, rounded to `format`, as a new contiguous tensor in `out`.
 fn product(
+    kernel: Kernel,
     a: &FlexTensor,
     a_t: bool,
     b: &FlexTensor,
     b_t: bool,
     bias: Option<Vec<f32>>,
-    format: Format,
     out: DType,
 ) -> FlexTensor {
-    let kernel = Kernel::select(Isa::detect(), format);
     with_float!(a.dtype(), A => {
         with_float!(b.dtype(), B => {
             with_float!(out, C => {

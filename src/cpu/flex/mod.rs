@@ -19,7 +19,9 @@ use burn::backend::Autodiff;
 use burn::backend::Flex;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::flex::FlexTensor;
+use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::cast::Format;
+use burn_amp_kernels::cpu::gemm::Kernel;
 use burn_amp_kernels::cpu::nn::BinaryOp;
 use burn_tensor::{DType, Shape};
 
@@ -30,89 +32,111 @@ use optim::{count_nonfinite, unscale};
 
 /// `lhs @ rhs` on plain Flex tensors, or the operands back.
 fn matmul(
+    isa: Isa,
     lhs: FlexTensor,
     rhs: FlexTensor,
     format: Format,
     out: DType,
 ) -> Routed<FlexTensor, [FlexTensor; 2]> {
     match matmul::Plan::of(&lhs, &rhs) {
-        Some(plan) => Routed::Ran(plan.forward(&lhs, &rhs, format, out)),
+        Some(plan) => Routed::Ran(plan.forward(Kernel::select(isa, format), &lhs, &rhs, out)),
         None => Routed::Declined([lhs, rhs]),
     }
 }
 
-fn linear(operands: Linear<Flex>, format: Format, out: DType) -> Routed<FlexTensor, Linear<Flex>> {
+fn linear(
+    isa: Isa,
+    operands: Linear<Flex>,
+    format: Format,
+    out: DType,
+) -> Routed<FlexTensor, Linear<Flex>> {
     let (x, weight, bias) = &operands;
     if !matmul::takes_linear(x, weight, bias.as_ref()) {
         return Routed::Declined(operands);
     }
-    Routed::Ran(matmul::linear(x, weight, bias.as_ref(), format, out))
+    let kernel = Kernel::select(isa, format);
+    Routed::Ran(matmul::linear(kernel, x, weight, bias.as_ref(), out))
 }
 
-fn conv(args: ConvArgs<Flex>, format: Format, out: DType) -> Routed<FlexTensor, ConvArgs<Flex>> {
+fn conv(
+    isa: Isa,
+    args: ConvArgs<Flex>,
+    format: Format,
+    out: DType,
+) -> Routed<FlexTensor, ConvArgs<Flex>> {
     let (x, weight, bias, geometry) = &args;
     match conv::ConvPlan::of(x, weight, bias.as_ref(), geometry) {
-        Some(plan) => Routed::Ran(plan.forward(x, weight, bias.as_ref(), format, out)),
+        Some(plan) => {
+            let kernel = Kernel::select(isa, format);
+            Routed::Ran(plan.forward(kernel, x, weight, bias.as_ref(), out))
+        }
         None => Routed::Declined(args),
     }
 }
 
-fn softmax(x: FlexTensor, log: bool) -> Routed<FlexTensor, FlexTensor> {
+fn softmax(isa: Isa, x: FlexTensor, log: bool) -> Routed<FlexTensor, FlexTensor> {
     if !nn::takes_rows(&x) {
         return Routed::Declined(x);
     }
-    Routed::Ran(nn::softmax(&x, log))
+    Routed::Ran(nn::softmax(isa, &x, log))
 }
 
-fn layer_norm(args: LayerNormArgs<Flex>) -> Routed<FlexTensor, LayerNormArgs<Flex>> {
+fn layer_norm(isa: Isa, args: LayerNormArgs<Flex>) -> Routed<FlexTensor, LayerNormArgs<Flex>> {
     let (x, gamma, beta, epsilon) = &args;
     if !nn::takes_layer_norm(x, gamma, beta.as_ref()) {
         return Routed::Declined(args);
     }
-    Routed::Ran(nn::layer_norm(x, gamma, beta.as_ref(), *epsilon).0)
+    Routed::Ran(nn::layer_norm(isa, x, gamma, beta.as_ref(), *epsilon).0)
 }
 
-fn gelu(x: FlexTensor) -> Routed<FlexTensor, FlexTensor> {
+fn gelu(isa: Isa, x: FlexTensor) -> Routed<FlexTensor, FlexTensor> {
     if !nn::takes(&x) {
         return Routed::Declined(x);
     }
-    Routed::Ran(nn::gelu(&x))
+    Routed::Ran(nn::gelu(isa, &x))
 }
 
-fn relu(x: FlexTensor) -> Routed<FlexTensor, FlexTensor> {
+fn relu(isa: Isa, x: FlexTensor) -> Routed<FlexTensor, FlexTensor> {
     if !nn::takes(&x) {
         return Routed::Declined(x);
     }
-    Routed::Ran(nn::relu(&x))
+    Routed::Ran(nn::relu(isa, &x))
 }
 
-fn binary(op: BinaryOp, lhs: FlexTensor, rhs: FlexTensor) -> Routed<FlexTensor, [FlexTensor; 2]> {
+fn binary(
+    isa: Isa,
+    op: BinaryOp,
+    lhs: FlexTensor,
+    rhs: FlexTensor,
+) -> Routed<FlexTensor, [FlexTensor; 2]> {
     if !nn::takes_binary(&lhs, &rhs) || lhs.dtype() != rhs.dtype() {
         return Routed::Declined([lhs, rhs]);
     }
-    Routed::Ran(nn::binary(op, &lhs, &rhs, lhs.dtype()))
+    Routed::Ran(nn::binary(isa, op, &lhs, &rhs, lhs.dtype()))
 }
 
-fn scalar(op: BinaryOp, x: FlexTensor, s: f32) -> Routed<FlexTensor, FlexTensor> {
+fn scalar(isa: Isa, op: BinaryOp, x: FlexTensor, s: f32) -> Routed<FlexTensor, FlexTensor> {
     if !nn::takes(&x) {
         return Routed::Declined(x);
     }
-    Routed::Ran(nn::scalar(op, &x, s, x.dtype()))
+    Routed::Ran(nn::scalar(isa, op, &x, s, x.dtype()))
 }
 
 fn autodiff_bernoulli<C: CheckpointStrategy>(
+    isa: Isa,
     shape: Shape,
     p: f64,
     dtype: DType,
 ) -> burn_tensor::ops::FloatTensor<Autodiff<Flex, C>> {
     // A new leaf (not `AutodiffBackend::from_inner`: with Burn's `distributed` feature
     // `Autodiff<Flex>` is no `AutodiffBackend`).
-    <burn_tensor::ops::FloatTensor<Autodiff<Flex, C>>>::new(nn::bernoulli(shape, p, dtype))
+    <burn_tensor::ops::FloatTensor<Autodiff<Flex, C>>>::new(nn::bernoulli(isa, shape, p, dtype))
 }
 
-/// The routed ops of `Flex`.
-pub(crate) fn ops() -> RoutedOps<Flex> {
+/// The routed ops of `Flex`, on a CPU with `isa`.
+pub(crate) fn ops(isa: Isa) -> RoutedOps<Flex> {
     RoutedOps {
+        isa,
         cast: cast::cast,
         matmul,
         linear,
@@ -131,9 +155,10 @@ pub(crate) fn ops() -> RoutedOps<Flex> {
     }
 }
 
-/// The routed ops of `Autodiff<Flex, C>`.
-pub(crate) fn autodiff_ops<C: CheckpointStrategy>() -> RoutedOps<Autodiff<Flex, C>> {
+/// The routed ops of `Autodiff<Flex, C>`, on a CPU with `isa`.
+pub(crate) fn autodiff_ops<C: CheckpointStrategy>(isa: Isa) -> RoutedOps<Autodiff<Flex, C>> {
     RoutedOps {
+        isa,
         cast: autodiff::cast::<C>,
         matmul: autodiff::matmul::<C>,
         linear: autodiff::linear::<C>,

@@ -48,10 +48,9 @@ fn row_len(t: &FlexTensor) -> usize {
 }
 
 /// Softmax (`log`: log-softmax) over the last dimension, in f32.
-pub(crate) fn softmax(x: &FlexTensor, log: bool) -> FlexTensor {
+pub(crate) fn softmax(isa: Isa, x: &FlexTensor, log: bool) -> FlexTensor {
     let x = contiguous(x);
     let row = row_len(&x);
-    let isa = Isa::detect();
     new_tensor!(x.layout().shape().clone(), DType::F32, y => with_float!(x.dtype(), I => {
         let x = values::<I>(&x);
         if log {
@@ -66,6 +65,7 @@ pub(crate) fn softmax(x: &FlexTensor, log: bool) -> FlexTensor {
 /// The gradient of a softmax's input (in `dtype`) from its output `y` and the output's
 /// gradient `dy`.
 pub(crate) fn softmax_backward(
+    isa: Isa,
     y: &FlexTensor,
     dy: &FlexTensor,
     log: bool,
@@ -73,7 +73,6 @@ pub(crate) fn softmax_backward(
 ) -> FlexTensor {
     let (y, dy) = (contiguous(y), contiguous(dy));
     let row = row_len(&y);
-    let isa = Isa::detect();
     new_tensor!(y.layout().shape().clone(), dtype, dx => with_float!(y.dtype(), Y => with_float!(dy.dtype(), G => {
         let (y, dy) = (values::<Y>(&y), values::<G>(&dy));
         if log {
@@ -98,6 +97,7 @@ pub(crate) fn takes_layer_norm(
 
 /// Layer norm over the last dimension, in f32, with its statistics.
 pub(crate) fn layer_norm(
+    isa: Isa,
     x: &FlexTensor,
     gamma: &FlexTensor,
     beta: Option<&FlexTensor>,
@@ -105,8 +105,7 @@ pub(crate) fn layer_norm(
 ) -> (FlexTensor, LayerNormStats) {
     let x = contiguous(x);
     let row = row_len(&x);
-    let (gamma, beta) = (values_f32(gamma), beta.map(values_f32));
-    let isa = Isa::detect();
+    let (gamma, beta) = (values_f32(isa, gamma), beta.map(|b| values_f32(isa, b)));
     let stats: LayerNormStats;
     let y = new_tensor!(x.layout().shape().clone(), DType::F32, y => with_float!(x.dtype(), I => {
         let s = nn::layer_norm(isa, values::<I>(&x), &gamma, beta.as_deref(), epsilon as f32, y, row)
@@ -119,6 +118,7 @@ pub(crate) fn layer_norm(
 /// The gradients of a layer norm: the input's (in `dtypes[0]`), gamma's and beta's (in
 /// `dtypes[1]`, `dtypes[2]`), from the output's gradient `dy`.
 pub(crate) fn layer_norm_backward(
+    isa: Isa,
     x: &FlexTensor,
     dy: &FlexTensor,
     gamma: &FlexTensor,
@@ -127,8 +127,7 @@ pub(crate) fn layer_norm_backward(
 ) -> [FlexTensor; 3] {
     let (x, dy) = (contiguous(x), contiguous(dy));
     let row = row_len(&x);
-    let gamma_f32 = values_f32(gamma);
-    let isa = Isa::detect();
+    let gamma_f32 = values_f32(isa, gamma);
     let sums: (Vec<f32>, Vec<f32>);
     let dx = new_tensor!(x.layout().shape().clone(), dtypes[0], dx => with_float!(x.dtype(), X => with_float!(dy.dtype(), G => {
         let s = nn::layer_norm_backward(isa, values::<X>(&x), values::<G>(&dy), &gamma_f32, stats, dx, row)
@@ -146,36 +145,32 @@ pub(crate) fn layer_norm_backward(
 }
 
 /// GELU, in `x`'s dtype.
-pub(crate) fn gelu(x: &FlexTensor) -> FlexTensor {
+pub(crate) fn gelu(isa: Isa, x: &FlexTensor) -> FlexTensor {
     let x = contiguous(x);
-    let isa = Isa::detect();
     new_tensor!(x.layout().shape().clone(), x.dtype(), y => with_float!(x.dtype(), I => {
         nn::gelu(isa, values::<I>(&x), y).expect("equal lengths")
     }))
 }
 
 /// The gradient of GELU's input, in `x`'s dtype.
-pub(crate) fn gelu_backward(x: &FlexTensor, dy: &FlexTensor) -> FlexTensor {
+pub(crate) fn gelu_backward(isa: Isa, x: &FlexTensor, dy: &FlexTensor) -> FlexTensor {
     let (x, dy) = (contiguous(x), contiguous(dy));
-    let isa = Isa::detect();
     new_tensor!(x.layout().shape().clone(), x.dtype(), dx => with_float!(x.dtype(), X => with_float!(dy.dtype(), G => {
         nn::gelu_backward(isa, values::<X>(&x), values::<G>(&dy), dx).expect("equal lengths")
     })))
 }
 
 /// ReLU, in `x`'s dtype.
-pub(crate) fn relu(x: &FlexTensor) -> FlexTensor {
+pub(crate) fn relu(isa: Isa, x: &FlexTensor) -> FlexTensor {
     let x = contiguous(x);
-    let isa = Isa::detect();
     new_tensor!(x.layout().shape().clone(), x.dtype(), y => with_float!(x.dtype(), I => {
         nn::relu(isa, values::<I>(&x), y).expect("equal lengths")
     }))
 }
 
 /// The gradient of ReLU's input from its output `y`, in `dtype`.
-pub(crate) fn relu_backward(y: &FlexTensor, dy: &FlexTensor, dtype: DType) -> FlexTensor {
+pub(crate) fn relu_backward(isa: Isa, y: &FlexTensor, dy: &FlexTensor, dtype: DType) -> FlexTensor {
     let (y, dy) = (contiguous(y), contiguous(dy));
-    let isa = Isa::detect();
     new_tensor!(y.layout().shape().clone(), dtype, dx => with_float!(y.dtype(), Y => with_float!(dy.dtype(), G => {
         nn::relu_backward(isa, values::<Y>(&y), values::<G>(&dy), dx).expect("equal lengths")
     })))
@@ -187,18 +182,22 @@ pub(crate) fn takes_binary(a: &FlexTensor, b: &FlexTensor) -> bool {
 }
 
 /// `a op b` (same shape), in `dtype`.
-pub(crate) fn binary(op: BinaryOp, a: &FlexTensor, b: &FlexTensor, dtype: DType) -> FlexTensor {
+pub(crate) fn binary(
+    isa: Isa,
+    op: BinaryOp,
+    a: &FlexTensor,
+    b: &FlexTensor,
+    dtype: DType,
+) -> FlexTensor {
     let (a, b) = (contiguous(a), contiguous(b));
-    let isa = Isa::detect();
     new_tensor!(a.layout().shape().clone(), dtype, y => with_float!(a.dtype(), A => with_float!(b.dtype(), B => {
         nn::binary(isa, op, values::<A>(&a), values::<B>(&b), y).expect("equal lengths")
     })))
 }
 
 /// `a op s`, in `dtype`.
-pub(crate) fn scalar(op: BinaryOp, a: &FlexTensor, s: f32, dtype: DType) -> FlexTensor {
+pub(crate) fn scalar(isa: Isa, op: BinaryOp, a: &FlexTensor, s: f32, dtype: DType) -> FlexTensor {
     let a = contiguous(a);
-    let isa = Isa::detect();
     new_tensor!(a.layout().shape().clone(), dtype, y => with_float!(a.dtype(), A => {
         nn::scalar(isa, op, values::<A>(&a), s, y).expect("equal lengths")
     }))
@@ -218,8 +217,7 @@ fn key() -> [u32; 2] {
 }
 
 /// A tensor of Bernoulli(`p`) draws (`p` in `[0, 1]`) in `dtype`.
-pub(crate) fn bernoulli(shape: Shape, p: f64, dtype: DType) -> FlexTensor {
+pub(crate) fn bernoulli(isa: Isa, shape: Shape, p: f64, dtype: DType) -> FlexTensor {
     let key = key();
-    let isa = Isa::detect();
     new_tensor!(shape, dtype, y => nn::bernoulli(isa, key, p, y))
 }

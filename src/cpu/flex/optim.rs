@@ -29,6 +29,7 @@ fn owned(t: FlexTensor) -> FlexTensor {
 /// One AdamW step (see `crate::cpu::AdamwFn`): f32 parameter and moments, a gradient of
 /// any float dtype.
 pub(crate) fn adamw(
+    isa: Isa,
     (param, grad, state): AdamwIn<Flex>,
     step: &AdamwStep,
     found: Option<&FlexTensor>,
@@ -53,7 +54,6 @@ pub(crate) fn adamw(
     let (mut param, mut m, mut v) = (owned(param), owned(state.m), owned(state.v));
     let grad = owned(grad);
     let at = step.at(t);
-    let isa = Isa::detect();
     let n = param.layout().num_elements();
     with_float!(grad.dtype(), G => {
         let g = &grad.storage::<G>()[..n];
@@ -80,25 +80,24 @@ fn run<G: CpuFloat>(
 }
 
 /// `grad / scale`, in place where nothing else holds the gradient (an f32 gradient).
-pub(crate) fn unscale(grad: FlexTensor, scale: &FlexTensor) -> Routed<FlexTensor, FlexTensor> {
+pub(crate) fn unscale(
+    isa: Isa,
+    grad: FlexTensor,
+    scale: &FlexTensor,
+) -> Routed<FlexTensor, FlexTensor> {
     if grad.dtype() != DType::F32 || scale.dtype() != DType::F32 {
         return Routed::Declined(grad);
     }
     let mut grad = owned(grad);
     let n = grad.layout().num_elements();
-    optim::unscale(
-        Isa::detect(),
-        &mut grad.storage_mut::<f32>()[..n],
-        scalar(scale),
-    );
+    optim::unscale(isa, &mut grad.storage_mut::<f32>()[..n], scalar(scale));
     Routed::Ran(grad)
 }
 
 /// How many values of `grad` are inf or NaN, as a one-value f32 tensor.
-pub(crate) fn count_nonfinite(grad: &FlexTensor) -> Option<FlexTensor> {
+pub(crate) fn count_nonfinite(isa: Isa, grad: &FlexTensor) -> Option<FlexTensor> {
     let grad = grad.to_contiguous();
     let n = grad.layout().num_elements();
-    let isa = Isa::detect();
     let count = with_float!(grad.dtype(), T => {
         optim::count_nonfinite(isa, &grad.storage::<T>()[..n])
     }, _ => return None);

@@ -98,12 +98,9 @@ pub(super) fn values<T: CpuFloat + Element + bytemuck::Pod>(t: &FlexTensor) -> &
 }
 
 /// A small tensor's values in f32 (a bias, gamma, beta), in its logical order.
-pub(super) fn values_f32(t: &FlexTensor) -> Vec<f32> {
+pub(super) fn values_f32(isa: burn_amp_kernels::cpu::Isa, t: &FlexTensor) -> Vec<f32> {
     let t = super::layout::contiguous(t);
     crate::dtype::with_float!(t.dtype(), T => {
-        burn_amp_kernels::cpu::cast::to_vec::<T, f32>(
-            burn_amp_kernels::cpu::Isa::detect(),
-            values::<T>(&t),
-        )
+        burn_amp_kernels::cpu::cast::to_vec::<T, f32>(isa, values::<T>(&t))
     })
 }

@@ -167,12 +167,15 @@ pub fn to_vec<S: CpuFloat, D: CpuFloat>(isa: Isa, src: &[S]) -> Vec<D> {
 }
 
 /// `len` zeros, from zeroed memory: no pass writes them (for a large vector the pages come
-/// from the OS already zero, and are touched first by whatever fills them, on its threads).
+/// from the OS already zero, and are touched first by whatever fills them, on its threads;
+/// huge pages where the OS offers them).
 pub fn zeroed<T: CpuFloat>(len: usize) -> Vec<T> {
-    match T::FORMAT {
+    let mut v = match T::FORMAT {
         Format::F32 => retype(vec![0u32; len]),
         Format::Bf16 | Format::F16 => retype(vec![0u16; len]),
-    }
+    };
+    super::pages::advise_huge(&mut v);
+    v
 }
 
 /// A vector of raw bits as the float type of the same size (`u32` as f32, `u16` as bf16 or

@@ -1,5 +1,5 @@
-//! The blocking driver, written once for every kernel (Goto's loop order): C is split into
-//! column (or row) blocks, one per thread; each block runs
+//! The blocking driver, written once for every kernel (Goto's loop order). A product small
+//! enough for one thread runs on the calling thread:
 //!
 //! ```text
 //! for each NC columns:         pack B's KC x NC panel (rounded to the compute format)
@@ -8,22 +8,58 @@
 //!       for each NR, MR tile:  kernel (written on the first KC, added on the next)
 //! ```
 //!
-//! and accumulates in f32: straight into C when C is f32, else into an f32 block that is
+//! A larger one is cut into a grid of tasks, MC rows by a chunk of columns, so that threads
+//! share the work along both sides of C (a product of few rows still spreads over its
+//! columns) and share the packed operands (`grid`): for each KC of k, A's blocks and B's
+//! chunks are packed once, by all threads, then every task multiplies its block.
+//!
+//! Both accumulate in f32: straight into C when C is f32, else into an f32 block that is
 //! rounded into C once at the end (so a narrow output is rounded once, not once per KC).
-
-use rayon::prelude::*;
+//! The blocks are sized from the CPU's caches ([`Blocking`]), the same whatever the thread
+//! count, and tiles fall on the same grid either way: every element is summed in the same
+//! order, so a product is the same bits on any number of threads.
 
 use super::MatRef;
 use super::kernel::Kernel;
 use super::pack::{SLACK, pack_a, pack_b};
 use crate::cpu::cast::{self, CpuFloat, Format};
 
-/// k per packed panel: a B micro-panel (KC x NR) stays in L1 while A's block streams.
-const KC: usize = 256;
-/// Rows per packed A block (a multiple of both tile heights): MC x KC f32 fits L2.
-const MC: usize = 144;
-/// Columns per packed B block: KC x NC f32 (2 MiB) fits a last-level cache slice.
-const NC: usize = 2048;
+#[path = "grid.rs"]
+mod grid;
+
+/// The block sizes of a kernel on a CPU: k per packed panel (`kc`: a B micro-panel of
+/// `kc x nr` fills half the L1 data cache), rows per packed A block (`mc`: `mc x kc` fills
+/// half of L2, a multiple of the tile height) and columns per packed B block (`nc`, on one
+/// thread: `kc x nc` within a quarter of the last-level cache).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Blocking {
+    pub kc: usize,
+    pub mc: usize,
+    pub nc: usize,
+}
+
+impl Blocking {
+    /// The blocking for `kernel` on the CPU its instruction set describes.
+    pub fn of(kernel: Kernel) -> Blocking {
+        let caches = kernel.isa().caches();
+        let (mr, nr) = (kernel.mr(), kernel.nr());
+        // Bytes one value of k takes in a packed row or column: a word per value, or per
+        // pair of bf16 values.
+        let per_k = 4 * kernel.k_steps(64) / 64;
+        // AMX reads its B panel as tiles from L2, not a register-broadcast stream from L1: a
+        // deeper k per block spreads the C tiles' load and store over more products.
+        let kc_cache = if kernel.amx_a() {
+            caches.l2 as usize / 8
+        } else {
+            caches.l1d as usize / 2
+        };
+        let kc = (kc_cache / (nr * per_k)).clamp(128, 1024) / 32 * 32;
+        let mc = (caches.l2 as usize / 2 / (kc * per_k)).clamp(mr, 4096) / mr * mr;
+        let nc = (caches.l3 as usize / 4 / (kc * per_k)).clamp(nr, 8192) / nr * nr;
+        Blocking { kc, mc, nc }
+    }
+}
+
 /// Multiply-adds below which a product runs on the calling thread alone.
 const PARALLEL_WORK: usize = 1 << 21;
 
@@ -34,6 +70,13 @@ struct SendPtr<T>(*mut T);
 unsafe impl<T> Send for SendPtr<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    /// The pointer (a method, so that a closure captures the whole `SendPtr`).
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
 
 /// A bias added to the f32 sums: one value per column of C (a linear layer's), or per row
 /// (a convolution's, whose rows are output channels).
@@ -75,111 +118,120 @@ pub(super) fn run<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
         }
         return;
     }
+    let problem = Problem {
+        kernel,
+        a,
+        b,
+        bias,
+        blocking: Blocking::of(kernel),
+    };
     let threads = rayon::current_num_threads().max(1);
     let work = m.saturating_mul(n).saturating_mul(k);
-    let tasks = if work < PARALLEL_WORK { 1 } else { threads };
-    // Split the longer side of C, in whole tiles.
-    let split_cols = n.div_ceil(kernel.nr()) >= m.div_ceil(kernel.mr());
-    let (extent, unit) = if split_cols {
-        (n, kernel.nr())
-    } else {
-        (m, kernel.mr())
-    };
-    let tiles = extent.div_ceil(unit);
-    let tasks = tasks.min(tiles);
-    let per_task = tiles.div_ceil(tasks) * unit;
-    let out = SendPtr(c.as_mut_ptr());
-    let problem = Problem { kernel, a, b, bias };
-    let block = |t: usize| {
-        let lo = t * per_task;
-        let hi = extent.min(lo + per_task);
-        if lo >= hi {
-            return;
-        }
-        let (rows, cols) = if split_cols {
-            ((0, m), (lo, hi - lo))
-        } else {
-            ((lo, hi - lo), (0, n))
-        };
-        // SAFETY: blocks of distinct tasks are disjoint, inside `c` (m x n, row-major).
-        unsafe { run_block(&problem, out, n, rows, cols) };
-    };
-    if tasks == 1 {
-        block(0);
-    } else {
-        (0..tasks).into_par_iter().for_each(block);
+    let grid = grid::Grid::new(&problem, if work < PARALLEL_WORK { 1 } else { threads });
+    if grid.tasks() > 1 {
+        grid.run(&problem, c);
+        return;
     }
+    serial(&problem, c);
 }
 
-/// One product's operands: what every block of C reads.
+/// One product's operands and blocking: what every block of C reads.
 struct Problem<'a, A, B> {
     kernel: Kernel,
     a: MatRef<'a, A>,
     b: MatRef<'a, B>,
     bias: Option<Bias<'a>>,
+    blocking: Blocking,
 }
 
-/// C's block `rows x cols` (each an (offset, length) pair), plus the bias's columns.
-///
-/// # Safety
-/// `c` points at a row-major `? x ldc` matrix holding the block; no other thread touches it.
-unsafe fn run_block<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
-    problem: &Problem<'_, A, B>,
-    c: SendPtr<C>,
-    ldc: usize,
-    (i0, mb): (usize, usize),
-    (j0, nb): (usize, usize),
-) {
-    let Problem { kernel, a, b, bias } = problem;
-    let (kernel, bias) = (*kernel, *bias);
-    let k = a.cols();
+/// The whole product on the calling thread.
+fn serial<A: CpuFloat, B: CpuFloat, C: CpuFloat>(problem: &Problem<'_, A, B>, c: &mut [C]) {
+    let Problem { kernel, a, b, .. } = problem;
+    let kernel = *kernel;
+    let Blocking {
+        kc: kc_max,
+        mc: mc_max,
+        nc: nc_max,
+    } = problem.blocking;
+    let (m, n, k) = (a.rows(), b.cols(), a.cols());
     let (mr, nr) = (kernel.mr(), kernel.nr());
     let mut scratch = Scratch::take();
-    // The f32 accumulator: C itself when f32, else a block of its own.
-    let (acc, ldacc) = if C::FORMAT == Format::F32 {
-        // SAFETY: C is f32; element (i0, j0) of the block.
-        (unsafe { c.0.cast::<f32>().add(i0 * ldc + j0) }, ldc)
-    } else {
-        scratch.acc.clear();
-        scratch.acc.resize(mb * nb, 0.0);
-        (scratch.acc.as_mut_ptr(), nb)
-    };
-    let mut tile = [0f32; 12 * 32];
-    for jc in (0..nb).step_by(NC) {
-        let nc = NC.min(nb - jc);
-        for pc in (0..k).step_by(KC) {
-            let kc = KC.min(k - pc);
+    // SAFETY: `c` holds the m x n product.
+    let acc = unsafe { Accumulator::new(SendPtr(c.as_mut_ptr()), (m, n), &mut scratch.acc) };
+    for jc in (0..n).step_by(nc_max) {
+        let nc = nc_max.min(n - jc);
+        for pc in (0..k).step_by(kc_max) {
+            let kc = kc_max.min(k - pc);
             let steps = kernel.k_steps(kc);
             resize(&mut scratch.b, nc.div_ceil(nr) * steps * nr);
-            pack_b(kernel, b, (pc, kc), (j0 + jc, nc), &mut scratch.b);
-            for ic in (0..mb).step_by(MC) {
-                let mc = MC.min(mb - ic);
+            pack_b(kernel, b, (pc, kc), (jc, nc), &mut scratch.b);
+            for ic in (0..m).step_by(mc_max) {
+                let mc = mc_max.min(m - ic);
                 resize(&mut scratch.a, mc.div_ceil(mr) * steps * mr + SLACK);
-                pack_a(kernel, a, (i0 + ic, mc), (pc, kc), &mut scratch.a);
-                for jr in (0..nc).step_by(nr) {
-                    let cols = nr.min(nc - jr);
-                    let bp = scratch.b[jr / nr * steps * nr..].as_ptr();
-                    for ir in (0..mc).step_by(mr) {
-                        let rows = mr.min(mc - ir);
-                        let ap = scratch.a[ir / mr * steps * mr..].as_ptr();
-                        // SAFETY: the block is inside the accumulator; partial tiles go
-                        // through `tile`, which holds a whole one.
-                        unsafe {
-                            let dst = acc.add((ic + ir) * ldacc + jc + jr);
-                            if rows == mr && cols == nr {
-                                kernel.tile(kc, ap, bp, dst, ldacc, pc > 0);
+                pack_a(kernel, a, (ic, mc), (pc, kc), &mut scratch.a);
+                let panels = Panels {
+                    a: &scratch.a,
+                    b: &scratch.b,
+                    kc,
+                };
+                // SAFETY: rows ic..ic + mc and columns jc..jc + nc of the product, this
+                // thread's alone.
+                unsafe { panels.multiply(kernel, &acc, (ic, mc), (jc, nc), pc > 0) };
+            }
+        }
+    }
+    // SAFETY: the whole product, complete.
+    unsafe { acc.finish::<A, B, C>(problem, (0, m), (0, n)) };
+    scratch.give_back();
+}
+
+/// One KC step's packed A rows and B columns.
+struct Panels<'p> {
+    /// `ceil(mc / mr)` A micro-panels.
+    a: &'p [u32],
+    /// `ceil(nc / nr)` B micro-panels.
+    b: &'p [u32],
+    kc: usize,
+}
+
+impl Panels<'_> {
+    /// Adds the product of the packed panels to the accumulator's rows `ic..ic + mc` and
+    /// columns `jc..jc + nc` (written when `accumulate` is false), tile by tile; a partial
+    /// tile goes through a whole one on the stack.
+    ///
+    /// # Safety
+    /// Those rows and columns lie inside the accumulator, and no other thread touches them.
+    unsafe fn multiply(
+        &self,
+        kernel: Kernel,
+        acc: &Accumulator,
+        (ic, mc): (usize, usize),
+        (jc, nc): (usize, usize),
+        accumulate: bool,
+    ) {
+        let (mr, nr, steps) = (kernel.mr(), kernel.nr(), kernel.k_steps(self.kc));
+        let mut tile = [0f32; 32 * 32];
+        for jr in (0..nc).step_by(nr) {
+            let cols = nr.min(nc - jr);
+            let bp = self.b[jr / nr * steps * nr..].as_ptr();
+            for ir in (0..mc).step_by(mr) {
+                let rows = mr.min(mc - ir);
+                let ap = self.a[ir / mr * steps * mr..].as_ptr();
+                // SAFETY: the tile is inside the accumulator (our caller's); a partial one
+                // goes through `tile`, which holds a whole one.
+                unsafe {
+                    let dst = acc.ptr.add((ic + ir) * acc.ld + jc + jr);
+                    if rows == mr && cols == nr {
+                        kernel.tile(self.kc, ap, bp, dst, acc.ld, accumulate);
+                    } else {
+                        kernel.tile(self.kc, ap, bp, tile.as_mut_ptr(), nr, false);
+                        for i in 0..rows {
+                            let d = core::slice::from_raw_parts_mut(dst.add(i * acc.ld), cols);
+                            let s = &tile[i * nr..i * nr + cols];
+                            if accumulate {
+                                d.iter_mut().zip(s).for_each(|(d, s)| *d += s);
                             } else {
-                                kernel.tile(kc, ap, bp, tile.as_mut_ptr(), nr, false);
-                                for i in 0..rows {
-                                    let d =
-                                        core::slice::from_raw_parts_mut(dst.add(i * ldacc), cols);
-                                    let s = &tile[i * nr..i * nr + cols];
-                                    if pc > 0 {
-                                        d.iter_mut().zip(s).for_each(|(d, s)| *d += s);
-                                    } else {
-                                        d.copy_from_slice(s);
-                                    }
-                                }
+                                d.copy_from_slice(s);
                             }
                         }
                     }
@@ -187,29 +239,87 @@ unsafe fn run_block<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
             }
         }
     }
-    if let Some(bias) = bias {
-        for i in 0..mb {
-            // SAFETY: row i of the accumulator block.
-            let row = unsafe { core::slice::from_raw_parts_mut(acc.add(i * ldacc), nb) };
-            match bias {
-                Bias::Cols(b) => row
-                    .iter_mut()
-                    .zip(&b[j0..j0 + nb])
-                    .for_each(|(c, b)| *c += b),
-                Bias::Rows(b) => row.iter_mut().for_each(|c| *c += b[i0 + i]),
-            }
+}
+
+/// Where C is summed in f32: C itself when C is f32, else an m x n block of its own.
+struct Accumulator {
+    /// Element (0, 0).
+    ptr: *mut f32,
+    /// The row stride (n).
+    ld: usize,
+    /// Whether it is C itself.
+    in_place: bool,
+    /// C, for the final conversion.
+    c: *mut u8,
+}
+
+// SAFETY: an accumulator is shared by the tasks of one product, each of which writes its
+// own block of it (and of C) only; the product outlives them.
+unsafe impl Sync for Accumulator {}
+
+impl Accumulator {
+    /// The accumulator of C (`m x n`, row-major); `own` holds the f32 sums when C is not
+    /// f32.
+    ///
+    /// # Safety
+    /// `c` points at the `m x n` product.
+    unsafe fn new<C: CpuFloat>(c: SendPtr<C>, (m, n): (usize, usize), own: &mut Vec<f32>) -> Self {
+        let (ptr, in_place) = if C::FORMAT == Format::F32 {
+            (c.0.cast::<f32>(), true)
+        } else {
+            own.clear();
+            own.resize(m * n, 0.0);
+            (own.as_mut_ptr(), false)
+        };
+        Accumulator {
+            ptr,
+            ld: n,
+            in_place,
+            c: c.0.cast(),
         }
     }
-    if C::FORMAT != Format::F32 {
-        let isa = kernel.isa();
+
+    /// Adds the bias to the block's f32 sums and, when C is not f32, rounds them into C.
+    ///
+    /// # Safety
+    /// The block lies inside the product, is complete (every KC added) and no other thread
+    /// touches it.
+    unsafe fn finish<A, B, C: CpuFloat>(
+        &self,
+        problem: &Problem<'_, A, B>,
+        (i0, mb): (usize, usize),
+        (j0, nb): (usize, usize),
+    ) {
+        if let Some(bias) = problem.bias {
+            for i in 0..mb {
+                let at = (i0 + i) * self.ld + j0;
+                // SAFETY: row i of the accumulator block.
+                let row = unsafe { core::slice::from_raw_parts_mut(self.ptr.add(at), nb) };
+                match bias {
+                    Bias::Cols(b) => row
+                        .iter_mut()
+                        .zip(&b[j0..j0 + nb])
+                        .for_each(|(c, b)| *c += b),
+                    Bias::Rows(b) => row.iter_mut().for_each(|c| *c += b[i0 + i]),
+                }
+            }
+        }
+        if self.in_place {
+            return;
+        }
+        let isa = problem.kernel.isa();
+        let c = self.c.cast::<C>();
         for i in 0..mb {
-            let src = &scratch.acc[i * nb..(i + 1) * nb];
-            // SAFETY: row i of the block, inside `c`.
-            let dst = unsafe { core::slice::from_raw_parts_mut(c.0.add((i0 + i) * ldc + j0), nb) };
+            // SAFETY: row i of the accumulator block, and of C's block.
+            let (src, dst) = unsafe {
+                (
+                    core::slice::from_raw_parts(self.ptr.add((i0 + i) * self.ld + j0), nb),
+                    core::slice::from_raw_parts_mut(c.add((i0 + i) * self.ld + j0), nb),
+                )
+            };
             cast::convert(isa, src, dst).expect("equal lengths");
         }
     }
-    scratch.give_back();
 }
 
 fn resize(buf: &mut Vec<u32>, len: usize) {
@@ -218,8 +328,9 @@ fn resize(buf: &mut Vec<u32>, len: usize) {
     }
 }
 
-/// A thread's packing buffers, kept between products so that a training step does not
-/// fault in fresh pages for every matmul.
+/// A thread's packing buffers and f32 sums, kept between products so that a training step
+/// does not fault in fresh pages for every matmul (on several threads, the buffers of the
+/// thread that runs the product hold the operands its tasks share).
 #[derive(Default)]
 struct Scratch {
     a: Vec<u32>,

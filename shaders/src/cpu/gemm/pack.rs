@@ -52,6 +52,23 @@ pub(super) fn pack_a<S: CpuFloat>(
     let (mr, steps) = (kernel.mr(), kernel.k_steps(kc));
     let panels = mc.div_ceil(mr);
     debug_assert!(out.len() >= panels * steps * mr + SLACK);
+    #[cfg(target_arch = "x86_64")]
+    if kernel.amx_a() {
+        for p in 0..panels {
+            let rows = mr.min(mc - p * mr);
+            let panel = &mut out[p * steps * mr..(p + 1) * steps * mr];
+            let i = i0 + p * mr;
+            if a.col_stride() == 1 {
+                pack_amx_a_rows(kernel, a, (i, rows), (k0, kc), panel);
+            } else if a.row_stride() == 1 {
+                pack_amx_a_cols(kernel, a, (i, rows), (k0, kc), panel);
+            } else {
+                let at = |ii: usize, k: usize| value(a, i + ii, k0 + k, kernel.format());
+                pack_amx_a(at, rows, kc, panel);
+            }
+        }
+        return;
+    }
     for p in 0..panels {
         let rows = mr.min(mc - p * mr);
         #[cfg(target_arch = "x86_64")]
@@ -106,6 +123,110 @@ pub(super) fn pack_b<S: CpuFloat>(
             kc,
             panel,
         );
+    }
+    // The AMX kernel reads k in whole blocks of 32: the pairs past k are zeros.
+    if kernel.amx_a() {
+        let written = kc.div_ceil(2) * nr;
+        for p in 0..panels {
+            out[p * steps * nr + written..(p + 1) * steps * nr].fill(0);
+        }
+    }
+}
+
+/// An A panel in the AMX layout from rows contiguous along k: each row's 32 values of a
+/// block converted to bf16 in one vectorised cast (`half`'s rounding, as `value` rounds),
+/// zeros past `rows` rows and past `kc`.
+#[cfg(target_arch = "x86_64")]
+fn pack_amx_a_rows<S: CpuFloat>(
+    kernel: Kernel,
+    a: &MatRef<'_, S>,
+    (i0, rows): (usize, usize),
+    (k0, kc): (usize, usize),
+    panel: &mut [u32],
+) {
+    use super::kernel::amx::{MR, a_index};
+    let steps = panel.len() / MR;
+    let values: &mut [half::bf16] = bytemuck::cast_slice_mut(panel);
+    for i in 0..MR {
+        for blk in 0..steps / 16 {
+            // The row's block: 16 words, 32 bf16 (the low half of a word: the even k).
+            let at = 2 * a_index(i, 16 * blk);
+            let dst = &mut values[at..at + 32];
+            let k = 32 * blk;
+            let len = if i < rows {
+                kc.saturating_sub(k).min(32)
+            } else {
+                0
+            };
+            if len > 0 {
+                let start = a.index(i0 + i, k0 + k);
+                crate::cpu::cast::convert(
+                    kernel.isa(),
+                    &a.data[start..start + len],
+                    &mut dst[..len],
+                )
+                .expect("equal lengths");
+            }
+            dst[len..].fill(half::bf16::ZERO);
+        }
+    }
+}
+
+/// An A panel in the AMX layout from columns contiguous along the rows (a transposed
+/// operand: a weight gradient's `x^T`): each k's values of the panel's rows converted to
+/// bf16 in one vectorised cast, then paired and laid out row by row.
+#[cfg(target_arch = "x86_64")]
+fn pack_amx_a_cols<S: CpuFloat>(
+    kernel: Kernel,
+    a: &MatRef<'_, S>,
+    (i0, rows): (usize, usize),
+    (k0, kc): (usize, usize),
+    panel: &mut [u32],
+) {
+    use super::kernel::amx::{MR, a_index};
+    let steps = panel.len() / MR;
+    let (mut lo, mut hi) = ([half::bf16::ZERO; MR], [half::bf16::ZERO; MR]);
+    // Column k of the panel's rows (contiguous: unit row stride), or zeros past `kc`.
+    let column = |k: usize, out: &mut [half::bf16; MR]| {
+        if k < kc && rows > 0 {
+            let start = a.index(i0, k0 + k);
+            crate::cpu::cast::convert(kernel.isa(), &a.data[start..start + rows], &mut out[..rows])
+                .expect("equal lengths");
+            out[rows..].fill(half::bf16::ZERO);
+        } else {
+            out.fill(half::bf16::ZERO);
+        }
+    };
+    for s in 0..steps {
+        column(2 * s, &mut lo);
+        column(2 * s + 1, &mut hi);
+        for i in 0..MR {
+            panel[a_index(i, s)] = u32::from(lo[i].to_bits()) | u32::from(hi[i].to_bits()) << 16;
+        }
+    }
+}
+
+/// An A panel in the AMX layout, value by value: row `i`'s pairs along k, 16 to a block (a
+/// tile row), the blocks one after the other; zeros past `rows` rows and past `kc`.
+#[cfg(target_arch = "x86_64")]
+fn pack_amx_a(at: impl Fn(usize, usize) -> f32, rows: usize, kc: usize, panel: &mut [u32]) {
+    let steps = panel.len() / super::kernel::amx::MR;
+    for i in 0..super::kernel::amx::MR {
+        for s in 0..steps {
+            let k = 2 * s;
+            let word = if i < rows && k < kc {
+                let lo = bf16_bits(at(i, k));
+                let hi = if k + 1 < kc {
+                    bf16_bits(at(i, k + 1))
+                } else {
+                    0
+                };
+                lo | hi << 16
+            } else {
+                0
+            };
+            panel[super::kernel::amx::a_index(i, s)] = word;
+        }
     }
 }
 
@@ -276,9 +397,11 @@ mod x86 {
     ) -> bool {
         let (nr, steps, format) = (kernel.nr(), kernel.k_steps(kc), kernel.format());
         let size = steps * nr;
+        // Pairs holding values of k (the AMX kernel's panels run on, zeros to a whole block).
+        let written = kc.div_ceil(2).min(steps);
         assert!(out.len() >= panels * size);
         let out = out.as_mut_ptr();
-        // SAFETY (all blocks below): every pointer read is an element of the view with 8 or
+        // SAFETY: for all the blocks below, every pointer read is an element of the view with 8 or
         // 16 lanes along a unit stride inside it; every store lands in panel p (< panels) at
         // a k or pair index < steps and a column < nr.
         unsafe {
@@ -322,9 +445,9 @@ mod x86 {
                     }
                 }
                 (Packing::Bf16Pairs, 1, _) => {
-                    for sb in (0..steps).step_by(4) {
+                    for sb in (0..written).step_by(4) {
                         for p in 0..panels {
-                            for s in sb..steps.min(sb + 4) {
+                            for s in sb..written.min(sb + 4) {
                                 let k = k0 + 2 * s;
                                 let lo = b.ptr(k, j0 + p * nr);
                                 let hi = (2 * s + 1 < kc).then(|| b.ptr(k + 1, j0 + p * nr));
@@ -358,7 +481,7 @@ mod x86 {
                                 }
                             }
                         }
-                        for s in full / 2..steps {
+                        for s in full / 2..written {
                             for jj in 0..nr {
                                 let k = k0 + 2 * s;
                                 let lo = super::bf16_bits(super::value(b, k, j + jj, Format::Bf16));
@@ -400,7 +523,7 @@ mod x86 {
         assert!(out.len() >= base + steps * mr + super::SLACK);
         // SAFETY: base is panel p's first word, inside `out` (asserted above).
         let out = unsafe { out.as_mut_ptr().add(base) };
-        // SAFETY (all blocks below): reads as in pack_b_panels, rows < `rows` only; a store
+        // SAFETY: for all the blocks below, reads as in pack_b_panels, rows < `rows` only; a store
         // at word w of the panel writes words w..w + 8, and w + 8 <= steps * mr + 8 (the
         // next panel or the slack).
         unsafe {

@@ -1,7 +1,7 @@
 //! The transcendental functions of the `nn` kernels, for one f32 lane, written without
 //! branches or table lookups so that LLVM vectorises the loops that call them; each is
 //! `#[inline(always)]` so that it takes the instruction set of the kernel that calls it.
-//! Their error bounds are tested against f64's functions (`tests/nn.rs`).
+//! Their error bounds are tested against f64's functions (this crate's `tests/cpu/nn.rs`).
 
 const LOG2_E: f32 = core::f32::consts::LOG2_E;
 /// ln 2 in two parts: the high one has few enough bits that `n * LN2_HI` is exact.

@@ -7,7 +7,9 @@ use burn::backend::Autodiff;
 use burn::backend::Flex;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::flex::FlexTensor;
+use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::cast::Format;
+use burn_amp_kernels::cpu::gemm::Kernel;
 use burn_tensor::DType;
 use burn_tensor::ops::FloatTensor;
 
@@ -23,7 +25,7 @@ struct ConvState {
     x: FlexTensor,
     weight: FlexTensor,
     plan: ConvPlan,
-    format: Format,
+    kernel: Kernel,
     /// x, weight, bias.
     dtypes: [DType; 3],
 }
@@ -33,13 +35,14 @@ impl Grads for ConvState {
 
     fn grads(&self, grad: &FlexTensor, wants: [bool; 3]) -> [Option<FlexTensor>; 3] {
         self.plan
-            .backward(&self.x, &self.weight, grad, wants, self.dtypes, self.format)
+            .backward(self.kernel, &self.x, &self.weight, grad, wants, self.dtypes)
     }
 }
 
 /// The convolution of `x` by `weight` plus the bias, operands rounded to `format`, in
 /// `out`; the operands back when the kernels do not take them.
 pub(crate) fn conv<C: CheckpointStrategy>(
+    isa: Isa,
     args: ConvArgs<Autodiff<Flex, C>>,
     format: Format,
     out: DType,
@@ -49,17 +52,18 @@ pub(crate) fn conv<C: CheckpointStrategy>(
     let Some(plan) = ConvPlan::of(&x.primitive, &weight.primitive, bias_primitive, geometry) else {
         return Routed::Declined(args);
     };
+    let kernel = Kernel::select(isa, format);
     let state = || ConvState {
         x: x.primitive.clone(),
         weight: weight.primitive.clone(),
         plan: plan.clone(),
-        format,
+        kernel,
         dtypes: [
             x.primitive.dtype(),
             weight.primitive.dtype(),
             bias.as_ref().map_or(DType::F32, |b| b.primitive.dtype()),
         ],
     };
-    let forward = || plan.forward(&x.primitive, &weight.primitive, bias_primitive, format, out);
+    let forward = || plan.forward(kernel, &x.primitive, &weight.primitive, bias_primitive, out);
     Routed::Ran(record::<C, _>((x, weight, bias.as_ref()), state, forward))
 }

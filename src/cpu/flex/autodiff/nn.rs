@@ -9,6 +9,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary as binary_grads, unary};
 use burn::backend::flex::FlexTensor;
+use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::nn::{BinaryOp, LayerNormStats};
 use burn_tensor::DType;
 use burn_tensor::ops::FloatTensor;
@@ -23,14 +24,15 @@ type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
 struct Softmax;
 
 impl Backward<Flex, 1> for Softmax {
-    /// The output, whether it is a log-softmax, the input's dtype.
-    type State = (FlexTensor, bool, DType);
+    /// The CPU's instruction set, the output, whether it is a log-softmax, the input's
+    /// dtype.
+    type State = (Isa, FlexTensor, bool, DType);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("softmax (backward)", None);
-        let (y, log, dtype) = ops.state;
+        let (isa, y, log, dtype) = ops.state;
         unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
-            flex_nn::softmax_backward(&y, &grad, log, dtype)
+            flex_nn::softmax_backward(isa, &y, &grad, log, dtype)
         });
     }
 }
@@ -38,6 +40,7 @@ impl Backward<Flex, 1> for Softmax {
 /// Softmax (`log`: log-softmax) over the last dimension, in f32; `x` back when the kernels
 /// do not take it.
 pub(crate) fn softmax<C: CheckpointStrategy>(
+    isa: Isa,
     x: Tensor<C>,
     log: bool,
 ) -> Routed<Tensor<C>, Tensor<C>> {
@@ -51,10 +54,10 @@ pub(crate) fn softmax<C: CheckpointStrategy>(
             .stateful()
         {
             OpsKind::Tracked(prep) => {
-                let y = flex_nn::softmax(&x.primitive, log);
-                prep.finish((y.clone(), log, x.primitive.dtype()), y)
+                let y = flex_nn::softmax(isa, &x.primitive, log);
+                prep.finish((isa, y.clone(), log, x.primitive.dtype()), y)
             }
-            OpsKind::UnTracked(prep) => prep.finish(flex_nn::softmax(&x.primitive, log)),
+            OpsKind::UnTracked(prep) => prep.finish(flex_nn::softmax(isa, &x.primitive, log)),
         },
     )
 }
@@ -62,6 +65,7 @@ pub(crate) fn softmax<C: CheckpointStrategy>(
 /// What a layer norm's backward pass needs.
 #[derive(Clone, Debug)]
 struct LayerNormState {
+    isa: Isa,
     x: FlexTensor,
     gamma: FlexTensor,
     stats: LayerNormStats,
@@ -73,13 +77,15 @@ impl Grads for LayerNormState {
     const NAME: &'static str = "layer_norm (backward)";
 
     fn grads(&self, grad: &FlexTensor, _: [bool; 3]) -> [Option<FlexTensor>; 3] {
-        flex_nn::layer_norm_backward(&self.x, grad, &self.gamma, &self.stats, self.dtypes).map(Some)
+        let (x, gamma) = (&self.x, &self.gamma);
+        flex_nn::layer_norm_backward(self.isa, x, grad, gamma, &self.stats, self.dtypes).map(Some)
     }
 }
 
 /// Layer norm over the last dimension, in f32; the operands back when the kernels do not
 /// take them.
 pub(crate) fn layer_norm<C: CheckpointStrategy>(
+    isa: Isa,
     args: LayerNormArgs<Autodiff<Flex, C>>,
 ) -> Routed<Tensor<C>, LayerNormArgs<Autodiff<Flex, C>>> {
     let (x, gamma, beta, epsilon) = &args;
@@ -88,8 +94,15 @@ pub(crate) fn layer_norm<C: CheckpointStrategy>(
         return Routed::Declined(args);
     }
     // The forward pass makes the statistics the state keeps.
-    let (y, stats) = flex_nn::layer_norm(&x.primitive, &gamma.primitive, beta_primitive, *epsilon);
+    let (y, stats) = flex_nn::layer_norm(
+        isa,
+        &x.primitive,
+        &gamma.primitive,
+        beta_primitive,
+        *epsilon,
+    );
     let state = || LayerNormState {
+        isa,
         x: x.primitive.clone(),
         gamma: gamma.primitive.clone(),
         stats,
@@ -106,20 +119,20 @@ pub(crate) fn layer_norm<C: CheckpointStrategy>(
 struct Gelu;
 
 impl Backward<Flex, 1> for Gelu {
-    /// The input.
-    type State = FlexTensor;
+    /// The CPU's instruction set, the input.
+    type State = (Isa, FlexTensor);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("gelu (backward)", None);
-        let x = ops.state;
+        let (isa, x) = ops.state;
         unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
-            flex_nn::gelu_backward(&x, &grad)
+            flex_nn::gelu_backward(isa, &x, &grad)
         });
     }
 }
 
 /// GELU in `x`'s dtype; `x` back when the kernels do not take it.
-pub(crate) fn gelu<C: CheckpointStrategy>(x: Tensor<C>) -> Routed<Tensor<C>, Tensor<C>> {
+pub(crate) fn gelu<C: CheckpointStrategy>(isa: Isa, x: Tensor<C>) -> Routed<Tensor<C>, Tensor<C>> {
     if !flex_nn::takes(&x.primitive) {
         return Routed::Declined(x);
     }
@@ -130,10 +143,10 @@ pub(crate) fn gelu<C: CheckpointStrategy>(x: Tensor<C>) -> Routed<Tensor<C>, Ten
             .stateful()
         {
             OpsKind::Tracked(prep) => {
-                let y = flex_nn::gelu(&x.primitive);
-                prep.finish(x.primitive, y)
+                let y = flex_nn::gelu(isa, &x.primitive);
+                prep.finish((isa, x.primitive), y)
             }
-            OpsKind::UnTracked(prep) => prep.finish(flex_nn::gelu(&x.primitive)),
+            OpsKind::UnTracked(prep) => prep.finish(flex_nn::gelu(isa, &x.primitive)),
         },
     )
 }
@@ -142,21 +155,21 @@ pub(crate) fn gelu<C: CheckpointStrategy>(x: Tensor<C>) -> Routed<Tensor<C>, Ten
 struct Relu;
 
 impl Backward<Flex, 1> for Relu {
-    /// The output.
-    type State = FlexTensor;
+    /// The CPU's instruction set, the output.
+    type State = (Isa, FlexTensor);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("relu (backward)", None);
-        let y = ops.state;
+        let (isa, y) = ops.state;
         unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
             let dtype = grad.dtype();
-            flex_nn::relu_backward(&y, &grad, dtype)
+            flex_nn::relu_backward(isa, &y, &grad, dtype)
         });
     }
 }
 
 /// ReLU in `x`'s dtype; `x` back when the kernels do not take it.
-pub(crate) fn relu<C: CheckpointStrategy>(x: Tensor<C>) -> Routed<Tensor<C>, Tensor<C>> {
+pub(crate) fn relu<C: CheckpointStrategy>(isa: Isa, x: Tensor<C>) -> Routed<Tensor<C>, Tensor<C>> {
     if !flex_nn::takes(&x.primitive) {
         return Routed::Declined(x);
     }
@@ -167,10 +180,10 @@ pub(crate) fn relu<C: CheckpointStrategy>(x: Tensor<C>) -> Routed<Tensor<C>, Ten
             .stateful()
         {
             OpsKind::Tracked(prep) => {
-                let y = flex_nn::relu(&x.primitive);
-                prep.finish(y.clone(), y)
+                let y = flex_nn::relu(isa, &x.primitive);
+                prep.finish((isa, y.clone()), y)
             }
-            OpsKind::UnTracked(prep) => prep.finish(flex_nn::relu(&x.primitive)),
+            OpsKind::UnTracked(prep) => prep.finish(flex_nn::relu(isa, &x.primitive)),
         },
     )
 }
@@ -182,6 +195,7 @@ struct Binary;
 /// the operands' dtypes.
 #[derive(Clone, Debug)]
 struct BinaryState {
+    isa: Isa,
     op: BinaryOp,
     lhs: Option<FlexTensor>,
     rhs: Option<FlexTensor>,
@@ -194,6 +208,7 @@ impl Backward<Flex, 2> for Binary {
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("arithmetic (backward)", None);
         let s = ops.state;
+        let isa = s.isa;
         let (lhs, rhs) = (s.lhs.as_ref(), s.rhs.as_ref());
         let kept = "operands kept for mul and div";
         let [dl, dr] = s.dtypes;
@@ -203,20 +218,20 @@ impl Backward<Flex, 2> for Binary {
             grads,
             |g| match s.op {
                 BinaryOp::Add | BinaryOp::Sub => g,
-                BinaryOp::Mul => flex_nn::binary(BinaryOp::Mul, &g, rhs.expect(kept), dl),
-                BinaryOp::Div => flex_nn::binary(BinaryOp::Div, &g, rhs.expect(kept), dl),
+                BinaryOp::Mul => flex_nn::binary(isa, BinaryOp::Mul, &g, rhs.expect(kept), dl),
+                BinaryOp::Div => flex_nn::binary(isa, BinaryOp::Div, &g, rhs.expect(kept), dl),
             },
             |g| match s.op {
                 BinaryOp::Add => g,
-                BinaryOp::Sub => flex_nn::scalar(BinaryOp::Mul, &g, -1.0, dr),
-                BinaryOp::Mul => flex_nn::binary(BinaryOp::Mul, &g, lhs.expect(kept), dr),
+                BinaryOp::Sub => flex_nn::scalar(isa, BinaryOp::Mul, &g, -1.0, dr),
+                BinaryOp::Mul => flex_nn::binary(isa, BinaryOp::Mul, &g, lhs.expect(kept), dr),
                 BinaryOp::Div => {
                     // -g * lhs / rhs^2, as (-(g * lhs) / rhs) / rhs.
                     let (lhs, rhs) = (lhs.expect(kept), rhs.expect(kept));
-                    let t = flex_nn::binary(BinaryOp::Mul, &g, lhs, DType::F32);
-                    let t = flex_nn::binary(BinaryOp::Div, &t, rhs, DType::F32);
-                    let t = flex_nn::binary(BinaryOp::Div, &t, rhs, DType::F32);
-                    flex_nn::scalar(BinaryOp::Mul, &t, -1.0, dr)
+                    let t = flex_nn::binary(isa, BinaryOp::Mul, &g, lhs, DType::F32);
+                    let t = flex_nn::binary(isa, BinaryOp::Div, &t, rhs, DType::F32);
+                    let t = flex_nn::binary(isa, BinaryOp::Div, &t, rhs, DType::F32);
+                    flex_nn::scalar(isa, BinaryOp::Mul, &t, -1.0, dr)
                 }
             },
         );
@@ -226,6 +241,7 @@ impl Backward<Flex, 2> for Binary {
 /// `lhs op rhs` (one shape) in their dtype; the operands back when the kernels do not take
 /// them.
 pub(crate) fn binary<C: CheckpointStrategy>(
+    isa: Isa,
     op: BinaryOp,
     lhs: Tensor<C>,
     rhs: Tensor<C>,
@@ -236,7 +252,7 @@ pub(crate) fn binary<C: CheckpointStrategy>(
         return Routed::Declined([lhs, rhs]);
     }
     let dtype = lhs.primitive.dtype();
-    let forward = || flex_nn::binary(op, &lhs.primitive, &rhs.primitive, dtype);
+    let forward = || flex_nn::binary(isa, op, &lhs.primitive, &rhs.primitive, dtype);
     let reads = matches!(op, BinaryOp::Mul | BinaryOp::Div);
     Routed::Ran(
         match Binary
@@ -246,6 +262,7 @@ pub(crate) fn binary<C: CheckpointStrategy>(
         {
             OpsKind::Tracked(prep) => {
                 let state = BinaryState {
+                    isa,
                     op,
                     lhs: (reads && rhs.is_tracked()).then(|| lhs.primitive.clone()),
                     rhs: reads.then(|| rhs.primitive.clone()),
@@ -262,18 +279,18 @@ pub(crate) fn binary<C: CheckpointStrategy>(
 struct Scalar;
 
 impl Backward<Flex, 1> for Scalar {
-    /// The op and the scalar.
-    type State = (BinaryOp, f32);
+    /// The CPU's instruction set, the op and the scalar.
+    type State = (Isa, BinaryOp, f32);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("arithmetic with a scalar (backward)", None);
-        let (op, s) = ops.state;
+        let (isa, op, s) = ops.state;
         unary::<Flex, _>(ops.parents, ops.node, grads, |g| {
             let dtype = g.dtype();
             match op {
                 BinaryOp::Add | BinaryOp::Sub => g,
-                BinaryOp::Mul => flex_nn::scalar(BinaryOp::Mul, &g, s, dtype),
-                BinaryOp::Div => flex_nn::scalar(BinaryOp::Div, &g, s, dtype),
+                BinaryOp::Mul => flex_nn::scalar(isa, BinaryOp::Mul, &g, s, dtype),
+                BinaryOp::Div => flex_nn::scalar(isa, BinaryOp::Div, &g, s, dtype),
             }
         });
     }
@@ -281,6 +298,7 @@ impl Backward<Flex, 1> for Scalar {
 
 /// `x op s` in `x`'s dtype; `x` back when the kernels do not take it.
 pub(crate) fn scalar<C: CheckpointStrategy>(
+    isa: Isa,
     op: BinaryOp,
     x: Tensor<C>,
     s: f32,
@@ -289,14 +307,14 @@ pub(crate) fn scalar<C: CheckpointStrategy>(
         return Routed::Declined(x);
     }
     let dtype = x.primitive.dtype();
-    let forward = || flex_nn::scalar(op, &x.primitive, s, dtype);
+    let forward = || flex_nn::scalar(isa, op, &x.primitive, s, dtype);
     Routed::Ran(
         match Scalar
             .prepare::<C>([x.node.clone()])
             .compute_bound()
             .stateful()
         {
-            OpsKind::Tracked(prep) => prep.finish((op, s), forward()),
+            OpsKind::Tracked(prep) => prep.finish((isa, op, s), forward()),
             OpsKind::UnTracked(prep) => prep.finish(forward()),
         },
     )

@@ -12,7 +12,9 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary, unary};
 use burn::backend::flex::FlexTensor;
+use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::cast::Format;
+use burn_amp_kernels::cpu::gemm::Kernel;
 use burn_tensor::ops::FloatTensor;
 use burn_tensor::{DType, FloatDType, Shape, TensorMetadata};
 
@@ -27,18 +29,24 @@ type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
 struct Cast;
 
 impl Backward<Flex, 1> for Cast {
-    /// The input's dtype.
-    type State = FloatDType;
+    /// The CPU's instruction set, the input's dtype.
+    type State = (Isa, FloatDType);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("cast (backward)", None);
-        let dtype = ops.state;
-        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| flex_cast(grad, dtype));
+        let (isa, dtype) = ops.state;
+        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
+            flex_cast(isa, grad, dtype)
+        });
     }
 }
 
 /// `tensor` in `dtype`; its gradient goes back to the input's dtype.
-pub(crate) fn cast<C: CheckpointStrategy>(tensor: Tensor<C>, dtype: FloatDType) -> Tensor<C> {
+pub(crate) fn cast<C: CheckpointStrategy>(
+    isa: Isa,
+    tensor: Tensor<C>,
+    dtype: FloatDType,
+) -> Tensor<C> {
     match Cast
         .prepare::<C>([tensor.node.clone()])
         .compute_bound()
@@ -46,9 +54,9 @@ pub(crate) fn cast<C: CheckpointStrategy>(tensor: Tensor<C>, dtype: FloatDType) 
     {
         OpsKind::Tracked(prep) => {
             let input = FloatDType::from(tensor.primitive.dtype());
-            prep.finish(input, flex_cast(tensor.primitive, dtype))
+            prep.finish((isa, input), flex_cast(isa, tensor.primitive, dtype))
         }
-        OpsKind::UnTracked(prep) => prep.finish(flex_cast(tensor.primitive, dtype)),
+        OpsKind::UnTracked(prep) => prep.finish(flex_cast(isa, tensor.primitive, dtype)),
     }
 }
 
@@ -61,7 +69,7 @@ struct MatmulState {
     lhs: Option<NodeId>,
     rhs: Option<NodeId>,
     plan: Plan,
-    format: Format,
+    kernel: Kernel,
     dtypes: [DType; 2],
     shapes: [Shape; 2],
 }
@@ -79,18 +87,18 @@ impl Backward<Flex, 2> for Matmul {
         let s = ops.state;
         let lhs: Option<FlexTensor> = s.lhs.map(|id| checkpointer.retrieve_node_output(id));
         let rhs: Option<FlexTensor> = s.rhs.map(|id| checkpointer.retrieve_node_output(id));
-        let (plan, format) = (&s.plan, s.format);
+        let (plan, kernel) = (&s.plan, s.kernel);
         binary::<Flex, _, _>(
             ops.parents,
             ops.node,
             grads,
             |grad| {
                 let rhs = rhs.as_ref().expect("rhs kept for lhs's gradient");
-                plan.grad_lhs(&grad, rhs, &s.shapes[0], format, s.dtypes[0])
+                plan.grad_lhs(kernel, &grad, rhs, &s.shapes[0], s.dtypes[0])
             },
             |grad| {
                 let lhs = lhs.as_ref().expect("lhs kept for rhs's gradient");
-                plan.grad_rhs(lhs, &grad, &s.shapes[1], format, s.dtypes[1])
+                plan.grad_rhs(kernel, lhs, &grad, &s.shapes[1], s.dtypes[1])
             },
         );
     }
@@ -99,6 +107,7 @@ impl Backward<Flex, 2> for Matmul {
 /// `lhs @ rhs` with both rounded to `format`, in `out`; the operands back when the plan
 /// does not take them.
 pub(crate) fn matmul<C: CheckpointStrategy>(
+    isa: Isa,
     lhs: Tensor<C>,
     rhs: Tensor<C>,
     format: Format,
@@ -107,7 +116,8 @@ pub(crate) fn matmul<C: CheckpointStrategy>(
     let Some(plan) = Plan::of(&lhs.primitive, &rhs.primitive) else {
         return Routed::Declined([lhs, rhs]);
     };
-    let forward = |plan: &Plan, l: &FlexTensor, r: &FlexTensor| plan.forward(l, r, format, out);
+    let kernel = Kernel::select(isa, format);
+    let forward = |plan: &Plan, l: &FlexTensor, r: &FlexTensor| plan.forward(kernel, l, r, out);
     let (lhs_tracked, rhs_tracked) = (lhs.is_tracked(), rhs.is_tracked());
     Routed::Ran(
         match Matmul
@@ -119,7 +129,7 @@ pub(crate) fn matmul<C: CheckpointStrategy>(
                 let state = MatmulState {
                     lhs: rhs_tracked.then(|| prep.checkpoint(&lhs)),
                     rhs: lhs_tracked.then(|| prep.checkpoint(&rhs)),
-                    format,
+                    kernel,
                     dtypes: [lhs.primitive.dtype(), rhs.primitive.dtype()],
                     shapes: [lhs.primitive.shape(), rhs.primitive.shape()],
                     plan: plan.clone(),
@@ -138,7 +148,7 @@ pub(crate) fn matmul<C: CheckpointStrategy>(
 struct LinearState {
     x: Option<FlexTensor>,
     weight: Option<FlexTensor>,
-    format: Format,
+    kernel: Kernel,
     /// x, weight, bias.
     dtypes: [DType; 3],
 }
@@ -148,12 +158,12 @@ impl Grads for LinearState {
 
     fn grads(&self, grad: &FlexTensor, wants: [bool; 3]) -> [Option<FlexTensor>; 3] {
         linear_grads(
+            self.kernel,
             grad,
             self.x.as_ref(),
             self.weight.as_ref(),
             self.dtypes,
             wants,
-            self.format,
         )
     }
 }
@@ -161,6 +171,7 @@ impl Grads for LinearState {
 /// `x @ weight + bias` with `x`, `weight` and `bias` rounded to `format`, in `out`; the
 /// operands back when the kernels do not take them.
 pub(crate) fn linear<C: CheckpointStrategy>(
+    isa: Isa,
     operands: Linear<Autodiff<Flex, C>>,
     format: Format,
     out: DType,
@@ -173,10 +184,11 @@ pub(crate) fn linear<C: CheckpointStrategy>(
     ) {
         return Routed::Declined(operands);
     }
+    let kernel = Kernel::select(isa, format);
     let state = || LinearState {
         x: weight.is_tracked().then(|| x.primitive.clone()),
         weight: x.is_tracked().then(|| weight.primitive.clone()),
-        format,
+        kernel,
         dtypes: [
             x.primitive.dtype(),
             weight.primitive.dtype(),
@@ -185,7 +197,7 @@ pub(crate) fn linear<C: CheckpointStrategy>(
     };
     let forward = || {
         let b = bias.as_ref().map(|b| &b.primitive);
-        flex_linear(&x.primitive, &weight.primitive, b, format, out)
+        flex_linear(kernel, &x.primitive, &weight.primitive, b, out)
     };
     Routed::Ran(record::<C, _>((x, weight, bias.as_ref()), state, forward))
 }

@@ -2,6 +2,8 @@
 //! panel of B into an `MR x NR` tile of f32 C, written or added to. [`Kernel`] names one
 //! and carries the proof that the CPU runs it.
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod amx;
 mod portable;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -10,6 +12,9 @@ use core::fmt;
 
 use crate::cpu::Isa;
 use crate::cpu::cast::Format;
+
+/// Pairs of k in one AMX block (32 k: a tile row of A, 16 pair rows of a tile of B).
+pub(crate) const AMX_PAIRS: usize = 16;
 
 /// How a kernel wants its operands packed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +41,10 @@ enum Kind {
     Avx2PackedPairs,
     #[cfg(target_arch = "x86_64")]
     Avx512Pairs,
+    /// AMX-BF16 tiles (`tdpbf16ps`), 32x32: A packed row-major along k in blocks of 32 k,
+    /// B in bf16 pairs, k padded to whole blocks.
+    #[cfg(target_arch = "x86_64")]
+    AmxBf16,
 }
 
 /// A GEMM microkernel with its compute format, runnable on this CPU.
@@ -82,6 +91,9 @@ impl Kernel {
                     kinds.push(Kind::Avx512Pairs);
                 }
             }
+            if isa.has_amx_bf16() && format == Format::Bf16 {
+                kinds.push(Kind::AmxBf16);
+            }
         }
         kinds
             .into_iter()
@@ -112,7 +124,18 @@ impl Kernel {
             Kind::Avx2PackedPairs => "avx2-packed bf16-pair 12x32 (portable microkernel)",
             #[cfg(target_arch = "x86_64")]
             Kind::Avx512Pairs => "avx512_bf16 vdpbf16ps 12x32",
+            #[cfg(target_arch = "x86_64")]
+            Kind::AmxBf16 => "amx_bf16 tdpbf16ps 32x32",
         }
+    }
+
+    /// Whether A is packed in the AMX layout (row-major along k, blocks of 32 k).
+    pub(crate) fn amx_a(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self.kind == Kind::AmxBf16 {
+            return true;
+        }
+        false
     }
 
     /// Whether the kernel runs on AVX2 (its packing may use AVX2 too).
@@ -120,7 +143,11 @@ impl Kernel {
         match self.kind {
             Kind::PortableF32 | Kind::PortablePairs => false,
             #[cfg(target_arch = "x86_64")]
-            Kind::Avx2F32 | Kind::Avx512F32 | Kind::Avx2PackedPairs | Kind::Avx512Pairs => true,
+            Kind::Avx2F32
+            | Kind::Avx512F32
+            | Kind::Avx2PackedPairs
+            | Kind::Avx512Pairs
+            | Kind::AmxBf16 => true,
         }
     }
 
@@ -128,7 +155,7 @@ impl Kernel {
         match self.kind {
             Kind::PortablePairs => Packing::Bf16Pairs,
             #[cfg(target_arch = "x86_64")]
-            Kind::Avx2PackedPairs | Kind::Avx512Pairs => Packing::Bf16Pairs,
+            Kind::Avx2PackedPairs | Kind::Avx512Pairs | Kind::AmxBf16 => Packing::Bf16Pairs,
             _ => Packing::F32,
         }
     }
@@ -137,6 +164,8 @@ impl Kernel {
     /// time).
     pub(crate) fn mr(&self) -> usize {
         match (self.kind, self.packing()) {
+            #[cfg(target_arch = "x86_64")]
+            (Kind::AmxBf16, _) => amx::MR,
             #[cfg(target_arch = "x86_64")]
             (Kind::Avx512F32, _) => 8,
             (_, Packing::F32) => 6,
@@ -147,6 +176,8 @@ impl Kernel {
     /// Columns of a tile (a multiple of 8).
     pub(crate) fn nr(&self) -> usize {
         match (self.kind, self.packing()) {
+            #[cfg(target_arch = "x86_64")]
+            (Kind::AmxBf16, _) => amx::NR,
             #[cfg(target_arch = "x86_64")]
             (Kind::Avx512F32, _) => 32,
             (_, Packing::F32) => 16,
@@ -159,6 +190,7 @@ impl Kernel {
     pub(crate) fn k_steps(&self, kc: usize) -> usize {
         match self.packing() {
             Packing::F32 => kc,
+            Packing::Bf16Pairs if self.amx_a() => kc.div_ceil(2 * AMX_PAIRS) * AMX_PAIRS,
             Packing::Bf16Pairs => kc.div_ceil(2),
         }
     }
@@ -198,6 +230,8 @@ impl Kernel {
                 Kind::Avx512F32 => x86::avx512_8x32(steps, a.cast(), b.cast(), c, ldc, accumulate),
                 #[cfg(target_arch = "x86_64")]
                 Kind::Avx512Pairs => x86::avx512_bf16_12x32(steps, a, b, c, ldc, accumulate),
+                #[cfg(target_arch = "x86_64")]
+                Kind::AmxBf16 => amx::amx_bf16_32x32(steps, a, b, c, ldc, accumulate),
             }
         }
     }

@@ -9,6 +9,7 @@ use crate::registry::KernelBackend;
 mod flex {
     use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
     use burn::backend::{Autodiff, Flex};
+    use burn_amp_kernels::cpu::Isa;
 
     use super::*;
     use crate::cpu::flex;
@@ -21,16 +22,16 @@ mod flex {
     impl AccumBackend for Flex {}
 
     impl KernelBackend for Flex {
-        fn kernels() -> BackendKernels<Self> {
+        fn kernels(isa: Isa) -> BackendKernels<Self> {
             BackendKernels {
-                routed: Some(flex::ops()),
+                routed: Some(flex::ops(isa)),
                 adamw: Some(flex::adamw),
             }
         }
 
-        fn autodiff_kernels<C: CheckpointStrategy>() -> BackendKernels<Autodiff<Self, C>> {
+        fn autodiff_kernels<C: CheckpointStrategy>(isa: Isa) -> BackendKernels<Autodiff<Self, C>> {
             BackendKernels {
-                routed: Some(flex::autodiff_ops::<C>()),
+                routed: Some(flex::autodiff_ops::<C>(isa)),
                 adamw: None,
             }
         }

@@ -7,6 +7,7 @@
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn_amp_kernels::accum::{AccumConfig, Fp8MatmulConfig};
+use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::fp8::launch::BlockLayout;
 use burn_amp_kernels::fp8::scale::ScaleRule;
 use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format};
@@ -95,9 +96,9 @@ kernel_ops!(
 /// `MixedPrecision<B>`'s tensors are `B`'s: `B`'s kernels run on them, except the routed
 /// ops (the decorator routes `B`'s ops to them itself).
 impl<B: KernelBackend> KernelBackend for MixedPrecision<B> {
-    fn kernels() -> BackendKernels<Self> {
+    fn kernels(isa: Isa) -> BackendKernels<Self> {
         BackendKernels {
-            adamw: B::kernels().adamw,
+            adamw: B::kernels(isa).adamw,
             ..Default::default()
         }
     }
@@ -105,7 +106,7 @@ impl<B: KernelBackend> KernelBackend for MixedPrecision<B> {
 
 /// `Autodiff<B, C>` has what `B` has for its autodiff tensors.
 impl<B: KernelBackend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
-    fn kernels() -> BackendKernels<Self> {
-        B::autodiff_kernels::<C>()
+    fn kernels(isa: Isa) -> BackendKernels<Self> {
+        B::autodiff_kernels::<C>(isa)
     }
 }

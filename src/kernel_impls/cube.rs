@@ -11,6 +11,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use burn_tensor::{DType, FloatDType, Shape};
 use cubecl::prelude::{CubeElement, Float};
 
+use burn_amp_kernels::LaunchError;
 use burn_amp_kernels::accum::{self, AccumConfig, Fp8MatmulConfig};
 
 use burn_amp_kernels::cpu::optim::AdamwStep;
@@ -39,18 +40,28 @@ fn output<R: CubeRuntime>(
     )
 }
 
+/// A checked launch's result. A refused launch (a layout that does not match its tensors)
+/// stops here with the kernels' reason, as the portable path's bounds checks do, instead of
+/// reading or writing past a buffer on the device.
+fn launched<T>(op: &'static str, result: Result<T, LaunchError>) -> T {
+    result.unwrap_or_else(|err| panic!("burn-amp: {op}: {err}"))
+}
+
 fn quantize_as<R: CubeRuntime, F: Float + CubeElement>(
     tensor: CubeTensor<R>,
     scales: CubeTensor<R>,
     layout: BlockLayout,
     cast: Fp8Cast,
 ) -> CubeTensor<R> {
-    let codes = launch::quantize::<R, F>(
-        &tensor.client,
-        tensor.handle.clone(),
-        scales.handle.clone(),
-        layout,
-        cast,
+    let codes = launched(
+        "fp8_quantize",
+        launch::quantize::<R, F>(
+            &tensor.client,
+            tensor.handle.clone(),
+            scales.handle.clone(),
+            layout,
+            cast,
+        ),
     );
     output(
         &tensor,
@@ -72,6 +83,7 @@ where
         let handle = with_float!(tensor.dtype, E => {
             launch::amax::<R, E>(&tensor.client, tensor.handle.clone(), layout)
         });
+        let handle = launched("fp8_amax", handle);
         // The kernel writes f32 bits as u32: the same buffer, read as f32.
         output(&tensor, handle, layout.num_blocks() as usize, DType::F32)
     }
@@ -83,7 +95,10 @@ where
     ) -> (CubeTensor<R>, CubeTensor<R>) {
         let amax = into_contiguous(amax);
         let blocks = amax.meta.shape().num_elements() as u32;
-        let (s, si) = launch::scales::<R>(&amax.client, amax.handle.clone(), blocks, format, rule);
+        let (s, si) = launched(
+            "fp8_scales",
+            launch::scales::<R>(&amax.client, amax.handle.clone(), blocks, format, rule),
+        );
         (
             output(&amax, s, blocks as usize, DType::F32),
             output(&amax, si, blocks as usize, DType::F32),
@@ -118,7 +133,12 @@ where
             layout,
             format,
         ));
-        output(&codes, handle, layout.len as usize, dtype)
+        output(
+            &codes,
+            launched("fp8_dequantize", handle),
+            layout.len as usize,
+            dtype,
+        )
     }
 
     fn fp8_fake_quantize(
@@ -155,6 +175,7 @@ where
             cols,
             config,
         ));
+        let handle = launched("blocked_row_sums", handle);
         output(&tensor, handle, rows as usize, DType::F32)
     }
 
@@ -172,6 +193,7 @@ where
             dims,
             config,
         ));
+        let handle = launched("blocked_matmul", handle);
         output(&a, handle, (dims.0 * dims.2) as usize, DType::F32)
     }
 
@@ -199,6 +221,7 @@ where
             format,
             config,
         );
+        let handle = launched("fp8_block_matmul", handle);
         output(&asi, handle, (dims.0 * dims.2) as usize, DType::F32)
     }
 }
@@ -210,7 +233,7 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    fn kernels() -> BackendKernels<Self> {
+    fn kernels(_: burn_amp_kernels::cpu::Isa) -> BackendKernels<Self> {
         BackendKernels {
             adamw: Some(fused_adamw::<R, F, I, BT>),
             ..Default::default()
@@ -220,6 +243,7 @@ where
 
 /// The fused AdamW step on the CubeCL kernel (see `crate::cpu::AdamwFn`).
 fn fused_adamw<R, F, I, BT>(
+    _: burn_amp_kernels::cpu::Isa,
     operands: AdamwIn<CubeBackend<R, F, I, BT>>,
     step: &AdamwStep,
     found: Option<&CubeTensor<R>>,
@@ -253,6 +277,7 @@ where
         found,
         step,
     ));
+    let out = launched("adamw", out);
     let tensor = |handle, shape: Shape| {
         CubeTensor::new_contiguous(
             param.client.clone(),

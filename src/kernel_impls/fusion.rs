@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use burn_amp_kernels::accum::{AccumConfig, Fp8MatmulConfig};
+use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::optim::AdamwStep;
 use burn_amp_kernels::fp8::launch::BlockLayout;
 use burn_amp_kernels::fp8::scale::ScaleRule;
@@ -226,9 +227,9 @@ fn next<B: Backend>(inputs: &mut impl Iterator<Item = Operand<B>>) -> Operand<B>
 kernel_ops!(in_stream_ops!());
 
 impl<B: FusionBackend + KernelBackend> KernelBackend for Fusion<B> {
-    fn kernels() -> BackendKernels<Self> {
+    fn kernels(isa: Isa) -> BackendKernels<Self> {
         BackendKernels {
-            adamw: B::kernels()
+            adamw: B::kernels(isa)
                 .adamw
                 .map(|_| fused_adamw::<B> as AdamwFn<Self>),
             ..Default::default()
@@ -238,11 +239,12 @@ impl<B: FusionBackend + KernelBackend> KernelBackend for Fusion<B> {
 
 /// The fused AdamW step registered in the fusion stream, to run `B`'s kernel there.
 fn fused_adamw<B: FusionBackend + KernelBackend>(
+    isa: Isa,
     operands: AdamwIn<Fusion<B>>,
     step: &AdamwStep,
     found: Option<&FloatTensor<Fusion<B>>>,
 ) -> AdamwRouted<Fusion<B>> {
-    let kernel = B::kernels().adamw;
+    let kernel = B::kernels(isa).adamw;
     let Some(kernel) = kernel.filter(|_| kernel_takes::<Fusion<B>>(&operands, found)) else {
         return Routed::Declined(operands);
     };
@@ -262,7 +264,7 @@ fn fused_adamw<B: FusionBackend + KernelBackend>(
             time: next(),
         };
         let found = inputs.next();
-        match kernel((param, grad, state), &step, found.as_ref()) {
+        match kernel(isa, (param, grad, state), &step, found.as_ref()) {
             Routed::Ran((param, state)) => {
                 [param, state.m, state.v, state.time].map(Operand::Float)
             }
