@@ -17,12 +17,16 @@
 #       On a Linux machine with an NVIDIA driver and a CUDA toolkit (no Rust, no network):
 #       names any missing runtime piece (libcuda, NVRTC, CUDA headers, Vulkan loader), unpacks
 #       the binary, runs it and writes DIR/report.md; then, if python3 has torch with CUDA,
-#       appends PyTorch AMP's speed-ups on the same shapes. GPU_SUITE_TIMEOUT=SECONDS bounds
-#       the suite's own run (default: none).
+#       appends PyTorch AMP's speed-ups on the same shapes (not with GPU_SUITE_NO_PYTORCH=1).
+#       GPU_SUITE_TIMEOUT=SECONDS bounds the suite's own run (default: none). SUITE ARGS:
+#       --checks-only, --profile-only, --products-only (the cuBLASLt checks and rates),
+#       --ordered (also the products ordered with CubeCL's stream: their chain hung once on
+#       an H100, so give GPU_SUITE_TIMEOUT), --out FILE.
 #
-#   scripts/gpu-suite.sh record REPORT [FILE]
+#   scripts/gpu-suite.sh record REPORT [FILE [SECTION]]
 #       Back here: writes REPORT (the report.md a run wrote) into FILE (default BENCHMARKS.md)
-#       between its gpu-suite markers, headings demoted under the file's GPU section.
+#       between its SECTION markers (default gpu-suite; gpu-products for a --products-only
+#       run), headings demoted under the file's GPU section.
 #
 #   scripts/gpu-suite.sh quick [CARGO ARGS]
 #       The suite's quick mode on the CPU (Flex, and wgpu over lavapipe): what CI runs (with
@@ -152,7 +156,9 @@ run() {
     # GPU_SUITE_TIMEOUT (seconds) bounds the suite itself, so that PyTorch's rows still come
     # when a lease is short; a suite stopped early leaves its printed lines, not the report.
     timeout "${GPU_SUITE_TIMEOUT:-0}" "$bin" --out "$dir/report.md" "$@" || status=$?
-    if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    if [ -n "${GPU_SUITE_NO_PYTORCH:-}" ]; then
+        echo "gpu-suite: GPU_SUITE_NO_PYTORCH set: PyTorch figures skipped" >&2
+    elif python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
         echo "gpu-suite: PyTorch AMP on the same shapes"
         {
             echo
@@ -185,16 +191,16 @@ cpu() {
 record() {
     local report="${1:-}" root
     root="$(cd "$here/.." && pwd)"
-    local file="${2:-$root/BENCHMARKS.md}"
+    local file="${2:-$root/BENCHMARKS.md}" section="${3:-gpu-suite}"
     [ -f "$report" ] || die "record: no report at '$report' (the report.md that 'run' wrote)"
-    grep -q '^<!-- gpu-suite:begin' "$file" && grep -q '^<!-- gpu-suite:end -->' "$file" ||
-        die "record: $file has no gpu-suite:begin/end markers"
+    grep -q "^<!-- $section:begin" "$file" && grep -q "^<!-- $section:end -->" "$file" ||
+        die "record: $file has no $section:begin/end markers"
     local body
     body=$(mktemp)
     sed -E 's/^#{1,2} /### /' "$report" >"$body"
-    awk -v body="$body" '
-        /^<!-- gpu-suite:begin/ { print; while ((getline line < body) > 0) print line; skip = 1; next }
-        /^<!-- gpu-suite:end -->/ { skip = 0 }
+    awk -v body="$body" -v begin="^<!-- $section:begin" -v end="^<!-- $section:end -->" '
+        $0 ~ begin { print; while ((getline line < body) > 0) print line; skip = 1; next }
+        $0 ~ end { skip = 0 }
         !skip { print }
     ' "$file" >"$file.tmp"
     mv "$file.tmp" "$file"

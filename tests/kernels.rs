@@ -15,6 +15,8 @@ mod flex;
 mod gemm_plans;
 #[path = "kernels/nn.rs"]
 mod nn;
+#[path = "kernels/order.rs"]
+mod order;
 #[path = "kernels/scales.rs"]
 mod scales;
 

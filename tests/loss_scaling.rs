@@ -19,6 +19,8 @@ mod matrix;
 mod multi_device;
 #[path = "loss_scaling/reads.rs"]
 mod reads;
+#[path = "loss_scaling/recorders.rs"]
+mod recorders;
 #[path = "loss_scaling/records.rs"]
 mod records;
 #[path = "loss_scaling/replicas.rs"]

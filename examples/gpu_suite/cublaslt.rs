@@ -111,23 +111,41 @@ fn case(
     (lhs, rhs): (View, View),
     options: PlanOptions,
 ) -> Result<String, String> {
+    case_with(lt, stream, (lhs, rhs), options, (3, false))
+}
+
+/// [`case`] with the bias drawn from `seed`, and the two scale inverses in one buffer (4
+/// bytes apart) or in two allocations of their own (`separate`).
+fn case_with(
+    lt: &mut CublasLt,
+    stream: &Arc<CudaStream>,
+    (lhs, rhs): (View, View),
+    options: PlanOptions,
+    (seed, separate): (u64, bool),
+) -> Result<String, String> {
     let plan = GemmPlan::new(&lhs, &rhs, options).map_err(|e| e.to_string())?;
     let (a_dev, a) = upload(stream, &values(reach(&rhs), 1), rhs.dtype);
     let (b_dev, b) = upload(stream, &values(reach(&lhs), 2), lhs.dtype);
-    let bias = values(plan.m, 3);
+    let bias = values(plan.m, seed);
     let (bias_dev, _) = upload(stream, &bias, options.out);
     let scales: CudaSlice<f32> = stream.clone_htod(&[0.5f32, 2.0]).expect("scales");
+    let second: CudaSlice<f32> = stream.clone_htod(&[2.0f32]).expect("scales");
     let d_dev: CudaSlice<u8> = stream
         .alloc_zeros(plan.out_len() * options.out.size())
         .expect("output");
     let ptr = |s: &CudaSlice<u8>| s.device_ptr(stream).0;
     let scale_ptr = scales.device_ptr(stream).0;
+    let b_scale = if separate {
+        second.device_ptr(stream).0
+    } else {
+        scale_ptr + 4
+    };
     let buffers = Buffers {
         a: ptr(&a_dev),
         b: ptr(&b_dev),
         d: ptr(&d_dev),
         bias: (options.epilogue == Epilogue::Bias).then(|| ptr(&bias_dev)),
-        scale_invs: options.fp8.map(|_| (scale_ptr, scale_ptr + 4)),
+        scale_invs: options.fp8.map(|_| (scale_ptr, b_scale)),
     };
     // SAFETY: every buffer holds what the plan reads or writes (sized from the views and the
     // plan) and lives until the stream is synchronized below.
@@ -142,16 +160,24 @@ fn case(
     };
     let bias = (options.epilogue == Epilogue::Bias).then_some(bias.as_slice());
     reference::gemm(&plan, (&a, &b), bias, scales, &mut expected);
-    // f32 accumulation in another order, TF32-free; the output's own rounding.
+    // f32 accumulation in another order, TF32-free; the output's own rounding. FP8
+    // products are accumulated by Hopper's tensor cores in fewer bits than f32 (about 14
+    // between the promotions cuBLASLt makes to f32; more with fast accumulation): a bound
+    // of 2^-12 per unit of |a||b| summed (the values are at most 1, the scales' product 1).
     let out_u = match options.out {
         GemmDtype::F32 => 2f32.powi(-20),
         GemmDtype::F16 => 2f32.powi(-10),
         _ => 2f32.powi(-7),
     };
+    let accum_u = if lhs.dtype.is_fp8() {
+        2f32.powi(-12)
+    } else {
+        2f32.powi(-22)
+    };
     let worst = got
         .iter()
         .zip(&expected)
-        .map(|(g, e)| (g - e).abs() / (plan.k as f32 * 2f32.powi(-22) + out_u * e.abs().max(1.0)))
+        .map(|(g, e)| (g - e).abs() / (plan.k as f32 * accum_u + out_u * e.abs().max(1.0)))
         .fold(0f32, f32::max);
     if worst <= 1.0 && got.iter().all(|v| v.is_finite()) {
         Ok(format!(
@@ -261,25 +287,103 @@ pub fn check(checks: &mut Checks, md: &mut String) {
             },
         );
     }
-    let fp8 = PlanOptions {
+    // The same plan twice with another bias: the second call reads its own bias (the
+    // descriptor cache keeps layouts and algorithm, not pointers).
+    let linear = || {
+        (
+            view(&[64, 96], false, 0, BF16),
+            view(&[96, 80], true, 0, BF16),
+        )
+    };
+    let bias = PlanOptions {
         epilogue: Epilogue::Bias,
-        fp8: Some(Fp8Scales { fast_accum: true }),
         ..PlanOptions::new(BF16)
     };
     checks.run(
-        "cuBLASLt FP8 E4M3 x E4M3 (TN, scales, bias) -> bf16",
+        "cuBLASLt bf16: a cached plan called again reads the new call's bias",
         || {
-            case(
-                &mut lt,
-                &stream,
-                (
-                    view(&[64, 128], false, 0, E4M3),
-                    view(&[128, 96], true, 0, E4M3),
-                ),
-                fp8,
-            )
+            case_with(&mut lt, &stream, linear(), bias, (3, false))?;
+            case_with(&mut lt, &stream, linear(), bias, (4, false))
         },
     );
+    println!("cuBLASLt: libcublasLt version {}", lt.version());
+    let fp8 = |out, bias: bool, fast_accum| PlanOptions {
+        epilogue: if bias { Epilogue::Bias } else { Epilogue::None },
+        fp8: Some(Fp8Scales { fast_accum }),
+        ..PlanOptions::new(out)
+    };
+    let tn = |m, k, n, lhs| (view(&[m, k], false, 0, lhs), view(&[k, n], true, 0, E4M3));
+    // The FP8 forward (E4M3 x E4M3, fast accumulation) and gradient (E5M2 x E4M3) products,
+    // with and without a bias, into bf16, f16 and f32, scale inverses in one buffer or two.
+    for (name, (lhs, rhs), options) in [
+        (
+            "E4M3 x E4M3 (TN, scales, bias, fast) -> bf16",
+            tn(64, 128, 96, E4M3),
+            fp8(BF16, true, true),
+        ),
+        (
+            "E4M3 x E4M3 (TN, scales) -> bf16",
+            tn(64, 128, 96, E4M3),
+            fp8(BF16, false, false),
+        ),
+        (
+            "E4M3 x E4M3 (TN, scales) -> f32",
+            tn(64, 128, 96, E4M3),
+            fp8(F32, false, false),
+        ),
+        (
+            "E4M3 x E4M3 (TN, scales, bias) -> f16",
+            tn(64, 128, 96, E4M3),
+            fp8(F16, true, false),
+        ),
+        (
+            "E5M2 x E4M3 gradient (TN, scales) -> bf16",
+            tn(48, 256, 64, E5M2),
+            fp8(BF16, false, false),
+        ),
+        (
+            "E4M3 x E4M3 (TN, scales, fast), K 1024 -> f32",
+            tn(32, 1024, 48, E4M3),
+            fp8(F32, false, true),
+        ),
+    ] {
+        checks.run(&format!("cuBLASLt FP8 {name}"), || {
+            case_with(&mut lt, &stream, (lhs, rhs), options, (3, true))
+        });
+    }
+    checks.run(
+        "cuBLASLt FP8 scale inverses off a 16-byte boundary are refused",
+        || match case_with(
+            &mut lt,
+            &stream,
+            tn(64, 128, 96, E4M3),
+            fp8(BF16, false, false),
+            (3, false),
+        ) {
+            Err(why) if why.contains("16-byte") => Ok(why),
+            other => Err(format!("not refused: {other:?}")),
+        },
+    );
+    checks.run("cuBLASLt FP8 without scale inverses is refused", || {
+        let plan = GemmPlan::new(
+            &view(&[16, 32], false, 0, E4M3),
+            &view(&[32, 16], true, 0, E4M3),
+            fp8(BF16, false, false),
+        )
+        .map_err(|e| e.to_string())?;
+        let buffers = Buffers {
+            a: 0,
+            b: 0,
+            d: 0,
+            bias: None,
+            scale_invs: None,
+        };
+        // SAFETY: refused before anything is enqueued (no buffer is read).
+        match unsafe { lt.run(&plan, &buffers) } {
+            Err(burn_amp::cublaslt::CublasLtError::Buffers(why)) => Ok(why.to_string()),
+            other => Err(format!("not refused: {other:?}")),
+        }
+    });
     let _ = writeln!(
         md,
         "\n## cuBLASLt through burn-amp's plans\n\n| product | TFLOP/s |\n|---|---|"
@@ -322,7 +426,7 @@ fn rate(
         stream.alloc_zeros::<u8>(bytes(&rhs)),
         stream.alloc_zeros::<u8>(bytes(&lhs)),
         stream.alloc_zeros::<u8>(plan.out_len() * out.size()),
-        stream.clone_htod(&[1f32, 1.0]),
+        stream.clone_htod(&[1f32, 0.0, 0.0, 0.0, 1.0]),
     ) else {
         return "out of memory".into();
     };
@@ -332,7 +436,7 @@ fn rate(
         b: b.device_ptr(stream).0,
         d: d.device_ptr(stream).0,
         bias: None,
-        scale_invs: options.fp8.map(|_| (sp, sp + 4)),
+        scale_invs: options.fp8.map(|_| (sp, sp + 16)),
     };
     let mut times = Vec::new();
     for round in 0..11 {

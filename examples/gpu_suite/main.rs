@@ -25,6 +25,8 @@ mod kernels;
 mod matmul;
 #[cfg(feature = "nccl")]
 mod nccl;
+#[cfg(feature = "cuda")]
+mod ordered;
 mod profile;
 mod reads;
 // Shared with the bench, which uses more of them.
@@ -65,6 +67,11 @@ struct Options {
     checks_only: bool,
     /// Only the op-by-op profiles (no checks, no speed rows).
     profile_only: bool,
+    /// Only the cuBLASLt products: the executor's checks and rates.
+    products_only: bool,
+    /// Also the products ordered with CubeCL's stream (`OrderedLt`): their chain once hung
+    /// an H100 (driver 580), so they run only when asked for.
+    ordered: bool,
     out: String,
 }
 
@@ -123,6 +130,8 @@ fn parse() -> Options {
         quick: false,
         checks_only: false,
         profile_only: false,
+        products_only: false,
+        ordered: false,
         out: "gpu-suite-report.md".into(),
     };
     let mut args = std::env::args().skip(1);
@@ -131,6 +140,8 @@ fn parse() -> Options {
             "--quick" => options.quick = true,
             "--checks-only" => options.checks_only = true,
             "--profile-only" => options.profile_only = true,
+            "--products-only" => options.products_only = true,
+            "--ordered" => options.ordered = true,
             "--out" => match args.next() {
                 Some(out) => options.out = out,
                 None => usage(),
@@ -142,7 +153,10 @@ fn parse() -> Options {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: gpu_suite [--quick] [--checks-only | --profile-only] [--out FILE]");
+    eprintln!(
+        "usage: gpu_suite [--quick] [--checks-only | --profile-only | --products-only] [--ordered] \
+         [--out FILE]"
+    );
     std::process::exit(2);
 }
 
@@ -230,13 +244,23 @@ fn main() {
         match burn_amp::probe_backend::<Cuda>(&Default::default()) {
             Ok(()) => {
                 let name = format!("CUDA ({})", <Cuda as Backend>::name(&Default::default()));
-                if checks {
+                if options.products_only {
+                    let mut products = Checks::new(&name);
+                    cublaslt::check(&mut products, &mut kernels_md);
+                    if options.ordered {
+                        ordered::check(&mut products, &mut kernels_md);
+                    }
+                    all.push(products);
+                } else if checks {
                     all.push(check::<Cuda>(&name, &sizes));
                     let mut kernels = Checks::new(&name);
                     cuda_kernels::check(&mut kernels, &name, &mut kernels_md);
                     all.push(kernels);
                     let mut products = Checks::new(&name);
                     cublaslt::check(&mut products, &mut kernels_md);
+                    if options.ordered {
+                        ordered::check(&mut products, &mut kernels_md);
+                    }
                     all.push(products);
                     #[cfg(feature = "nccl")]
                     {
@@ -245,7 +269,7 @@ fn main() {
                         all.push(collective);
                     }
                 }
-                if !options.checks_only {
+                if !options.checks_only && !options.products_only {
                     if !options.profile_only {
                         speed::<Cuda, cubecl::cuda::CudaRuntime>(
                             &name,
@@ -271,6 +295,7 @@ fn main() {
         "wgpu (Vulkan)"
     };
     match burn_amp::probe_backend::<Wgpu>(&Default::default()) {
+        _ if options.products_only => {}
         Ok(()) => {
             if checks {
                 all.push(check::<Wgpu>(wgpu, &sizes));

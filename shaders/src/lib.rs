@@ -27,5 +27,6 @@ pub mod fp8;
 mod grid;
 pub mod half16;
 pub mod optim;
+pub mod order;
 
 pub use checks::LaunchError;

@@ -563,6 +563,73 @@ fn gemm_refuses_bad_shapes_and_views() {
     assert!(MatRef::new(&data, 11, 3, 4, -4, -1).is_ok()); // the whole slice, flipped
 }
 
+/// Views of stride 0 name any size over one value (a broadcast read): a product whose
+/// output count wraps around to the output's length, or whose operands cannot be
+/// addressed, is refused before anything is written, never run past the output.
+#[test]
+fn gemm_refuses_sizes_that_overflow_instead_of_wrapping() {
+    let one = [1f32];
+    let kernel = Kernel::select(Isa::detect(), Format::Bf16);
+    // rows * cols = 2^64 + 4, which wraps to 4: the output's length.
+    let rows = (1usize << 62) + 1;
+    let a = MatRef::new(&one, 0, rows, 1, 0, 0).unwrap();
+    let b = MatRef::new(&one, 0, 1, 4, 0, 0).unwrap();
+    let mut c = [0f32; 4];
+    assert!(
+        matches!(
+            gemm::gemm(kernel, a, b, &mut c),
+            Err(GemmError::TooLarge { .. })
+        ),
+        "a wrapping output count is refused"
+    );
+    assert_eq!(c, [0.0; 4], "nothing is written");
+    // An output of 0 values (no columns) with an unaddressable depth.
+    let depth = 1usize << 63;
+    let a = MatRef::new(&one, 0, 2, depth, 0, 0).unwrap();
+    let b = MatRef::new(&one, 0, depth, 0, 0, 0).unwrap();
+    assert!(matches!(
+        gemm::gemm::<f32, f32, f32>(kernel, a, b, &mut []),
+        Err(GemmError::TooLarge { .. })
+    ));
+    // Broadcast reads of a sane size still run.
+    let a = MatRef::new(&one, 0, 2, 3, 0, 0).unwrap();
+    let b = MatRef::new(&one, 0, 3, 2, 0, 0).unwrap();
+    let mut c = [0f32; 4];
+    gemm::gemm(kernel, a, b, &mut c).unwrap();
+    assert_eq!(c, [3.0; 4]);
+}
+
+/// The other safe entries that take sizes: a strided copy and the convolution columns
+/// refuse shapes whose products overflow, with their typed errors.
+#[test]
+fn copies_and_convolution_columns_refuse_overflowing_sizes() {
+    use burn_amp_kernels::cpu::conv::{self, ConvError, ConvShape};
+    use burn_amp_kernels::cpu::layout::{LayoutError, copy_strided};
+    let src = [1f32; 4];
+    let mut dst = [0f32; 4];
+    // 2^62 * 4 = 2^64 values: it would wrap to 0.
+    let huge = [1usize << 62, 4, 1];
+    assert!(matches!(
+        copy_strided(&src, 0, &huge, &[0, 0, 0], &mut dst),
+        Err(LayoutError::Shape { .. })
+    ));
+    assert!(matches!(
+        copy_strided(&src, 0, &[2, 2], &[isize::MAX, 1], &mut dst),
+        Err(LayoutError::OutOfBounds { .. })
+    ));
+    assert_eq!(dst, [0.0; 4], "nothing is written");
+    copy_strided(&src, 0, &[2, 2], &[0, 1], &mut dst).unwrap();
+    let shape = ConvShape::new(1 << 40, 1 << 40, [1, 1], [1, 1]);
+    let mut cols = [0f32; 4];
+    assert!(matches!(
+        conv::im2col(Isa::detect(), &shape, &src, 0..1, &mut cols),
+        Err(ConvError::TooLarge { .. })
+    ));
+    let mut shape = ConvShape::new(1, 1, [4, 4], [2, 2]);
+    shape.padding = [usize::MAX / 2, 0];
+    assert!(conv::im2col(Isa::detect(), &shape, &src, 0..1, &mut cols).is_err());
+}
+
 #[test]
 fn gemm_bias_is_added_before_the_output_is_rounded() {
     let (m, n, k) = (9, 45, 300);

@@ -1,7 +1,10 @@
 //! [`GemmPlan`]s carried out by cuBLASLt (feature `cuda`): each distinct plan gets its
-//! descriptors and the heuristic's algorithm once, kept for its next call; one workspace
-//! per handle. libcublasLt is loaded at run time; where it is missing, [`CublasLt::new`]
-//! says what to install instead of failing later.
+//! descriptors (layouts, transposes, epilogue, types) and the heuristic's algorithm once,
+//! kept for its next call; the pointers a call reads besides its operands (the bias, FP8's
+//! scale inverses) are set on the descriptor at every call, so a cached plan never reads
+//! the buffers of an earlier call. One workspace per handle. libcublasLt is loaded at run
+//! time; where it is missing, [`CublasLt::new`] says what to install instead of failing
+//! later.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -32,6 +35,10 @@ pub enum CublasLtError {
     /// The workspace could not be allocated.
     #[error("workspace: {0}")]
     Workspace(String),
+    /// The buffers do not give what the plan needs: an FP8 plan without its scale
+    /// inverses or with one off a 16-byte boundary, a bias epilogue without a bias.
+    #[error("the call's buffers do not fit its plan: {0}")]
+    Buffers(&'static str),
 }
 
 impl From<CublasError> for CublasLtError {
@@ -101,13 +108,61 @@ impl CublasLt {
     /// # Safety
     /// The buffers hold what the plan reads and writes (its layouts, batch and offsets) on
     /// this handle's device, and stay alive until the stream has run the call.
+    ///
+    /// # Errors
+    /// [`CublasLtError::Buffers`] for an FP8 plan without scale inverses (it would run
+    /// unscaled) or with one off a 16-byte boundary, or a bias epilogue without a bias,
+    /// before anything is enqueued; cuBLASLt's status when it refuses the call.
     pub unsafe fn run(&mut self, plan: &GemmPlan, buffers: &Buffers) -> Result<(), CublasLtError> {
+        let fp8 = plan.fp8.is_some() || plan.a.dtype.is_fp8() || plan.b.dtype.is_fp8();
+        if fp8 && buffers.scale_invs.is_none() {
+            return Err(CublasLtError::Buffers(
+                "an FP8 product needs its operands' scale inverses",
+            ));
+        }
+        if plan.epilogue == Epilogue::Bias && buffers.bias.is_none() {
+            return Err(CublasLtError::Buffers("the bias epilogue needs a bias"));
+        }
+        // cuBLASLt answers NOT_SUPPORTED for scale pointers off a 16-byte boundary (two
+        // scales 4 bytes apart in one buffer, say); burn-amp's scales are buffers of their own.
+        if fp8
+            && let Some((a, b)) = buffers.scale_invs
+            && (a % 16 != 0 || b % 16 != 0)
+        {
+            return Err(CublasLtError::Buffers(
+                "FP8 scale inverses must start on 16-byte boundaries",
+            ));
+        }
         if !self.calls.contains_key(plan) {
             // SAFETY: descriptors made and queried on our handle.
-            let call = unsafe { self.prepare(plan, buffers)? };
+            let call = unsafe { prepare(self.handle, plan)? };
             self.calls.insert(plan.clone(), call);
         }
         let call = &self.calls[plan];
+        // This call's pointers, on the plan's descriptor (used by one call at a time: `run`
+        // takes `&mut self`, and cuBLASLt reads them when the call is enqueued).
+        // SAFETY: attributes of our live descriptor, each a device address (a u64).
+        unsafe {
+            if let Some(bias) = buffers.bias {
+                set_desc(
+                    call.desc,
+                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                    &bias,
+                )?;
+            }
+            if let Some((a, b)) = buffers.scale_invs.filter(|_| fp8) {
+                set_desc(
+                    call.desc,
+                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                    &a,
+                )?;
+                set_desc(
+                    call.desc,
+                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                    &b,
+                )?;
+            }
+        }
         let (alpha, beta) = (1f32, 0f32);
         let at = |base: u64, layout: &Layout| {
             (base + (layout.offset * element_size(layout.dtype)) as u64) as *const c_void
@@ -137,97 +192,110 @@ impl CublasLt {
         Ok(())
     }
 
-    /// The descriptors of `plan` and the heuristic's best algorithm for them.
-    ///
-    /// # Safety
-    /// The handle is alive; the FP8 scale pointers, when set, are device addresses.
-    unsafe fn prepare(&self, plan: &GemmPlan, buffers: &Buffers) -> Result<Call, CublasLtError> {
-        let compute = match plan.compute {
-            Compute::F32 => sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            Compute::Tf32 => sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
-        };
-        let desc = result::create_matmul_desc(compute, sys::cudaDataType::CUDA_R_32F)?;
-        // cublasOperation_t as its i32: CUBLAS_OP_N = 0, CUBLAS_OP_T = 1.
-        let op = |t: bool| i32::from(t);
-        // SAFETY: attributes of our descriptor, each the size its type has.
-        unsafe {
+    /// The version of the libcublasLt loaded (`major * 10000 + minor * 100 + patch`).
+    pub fn version(&self) -> usize {
+        // SAFETY: a query of the loaded library, no arguments.
+        unsafe { sys::cublasLtGetVersion() }
+    }
+}
+
+/// The descriptors of `plan` and the heuristic's best algorithm for them. No pointer is set
+/// here: `run` sets the bias and scale pointers of each call.
+///
+/// # Safety
+/// The handle is alive.
+unsafe fn prepare(handle: sys::cublasLtHandle_t, plan: &GemmPlan) -> Result<Call, CublasLtError> {
+    let compute = match plan.compute {
+        Compute::F32 => sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        Compute::Tf32 => sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+    };
+    let desc = result::create_matmul_desc(compute, sys::cudaDataType::CUDA_R_32F)?;
+    // cublasOperation_t as its i32: CUBLAS_OP_N = 0, CUBLAS_OP_T = 1.
+    let op = |t: bool| i32::from(t);
+    // SAFETY: attributes of our descriptor, each the size its type has.
+    unsafe {
+        set_desc(
+            desc,
+            sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+            &op(plan.a.transposed),
+        )?;
+        set_desc(
+            desc,
+            sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
+            &op(plan.b.transposed),
+        )?;
+        if plan.epilogue == Epilogue::Bias {
             set_desc(
                 desc,
-                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
-                &op(plan.a.transposed),
+                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE,
+                &sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
             )?;
+            // The bias is in the output's type (cuBLASLt's default but for FP8 operands,
+            // where it must be named).
             set_desc(
                 desc,
-                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
-                &op(plan.b.transposed),
-            )?;
-            if plan.epilogue == Epilogue::Bias {
-                let bias = buffers.bias.expect("the bias epilogue has a bias");
-                set_desc(
-                    desc,
-                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE,
-                    &sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
-                )?;
-                set_desc(
-                    desc,
-                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                    &bias,
-                )?;
-            }
-            if let (Some(fp8), Some((a, b))) = (plan.fp8, buffers.scale_invs) {
-                set_desc(
-                    desc,
-                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                    &a,
-                )?;
-                set_desc(
-                    desc,
-                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                    &b,
-                )?;
-                let fast = i8::from(fp8.fast_accum);
-                set_desc(
-                    desc,
-                    sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_FAST_ACCUM,
-                    &fast,
-                )?;
-            }
-        }
-        let layouts = [
-            layout(&plan.a, plan.batch)?,
-            layout(&plan.b, plan.batch)?,
-            layout(&plan.d, plan.batch)?,
-        ];
-        let pref = result::create_matmul_pref()?;
-        let workspace = WORKSPACE as u64;
-        // SAFETY: our preference descriptor; the attribute is a u64.
-        unsafe {
-            result::set_matmul_pref_attribute(
-                pref,
-                sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                (&workspace as *const u64).cast(),
-                size_of::<u64>(),
+                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                &data_type(plan.d.dtype),
             )?;
         }
-        // SAFETY: every descriptor is ours and alive.
-        let heuristic = unsafe {
-            result::get_matmul_algo_heuristic(
-                self.handle,
+        if let Some(fp8) = plan.fp8 {
+            let fast = i8::from(fp8.fast_accum);
+            set_desc(
                 desc,
-                layouts[0],
-                layouts[1],
-                layouts[2],
-                layouts[2],
-                pref,
-            )
-        };
-        // SAFETY: made above, not used again.
-        unsafe { result::destroy_matmul_pref(pref)? };
-        Ok(Call {
+                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                &fast,
+            )?;
+        }
+    }
+    let layouts = [
+        layout(&plan.a, plan.batch)?,
+        layout(&plan.b, plan.batch)?,
+        layout(&plan.d, plan.batch)?,
+    ];
+    let pref = result::create_matmul_pref()?;
+    let workspace = WORKSPACE as u64;
+    // SAFETY: our preference descriptor; the attribute is a u64.
+    unsafe {
+        result::set_matmul_pref_attribute(
+            pref,
+            sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            (&workspace as *const u64).cast(),
+            size_of::<u64>(),
+        )?;
+    }
+    // SAFETY: every descriptor is ours and alive.
+    let heuristic = unsafe {
+        result::get_matmul_algo_heuristic(
+            handle, desc, layouts[0], layouts[1], layouts[2], layouts[2], pref,
+        )
+    };
+    // SAFETY: made above, not used again.
+    unsafe { result::destroy_matmul_pref(pref)? };
+    match heuristic {
+        Ok(h) => Ok(Call {
             desc,
             layouts,
-            algo: heuristic?.algo,
-        })
+            algo: h.algo,
+        }),
+        Err(e) => {
+            // SAFETY: made above, not kept.
+            unsafe { destroy(desc, layouts) };
+            Err(e.into())
+        }
+    }
+}
+
+/// Destroys a plan's descriptors.
+///
+/// # Safety
+/// Made by `prepare`, destroyed once.
+unsafe fn destroy(desc: sys::cublasLtMatmulDesc_t, layouts: [sys::cublasLtMatrixLayout_t; 3]) {
+    // SAFETY: our caller's.
+    unsafe {
+        let _ = result::destroy_matmul_desc(desc);
+        for layout in layouts {
+            let _ = result::destroy_matrix_layout(layout);
+        }
     }
 }
 
@@ -235,12 +303,7 @@ impl Drop for CublasLt {
     fn drop(&mut self) {
         for (_, call) in self.calls.drain() {
             // SAFETY: each descriptor was made by `prepare` and is dropped once, here.
-            unsafe {
-                let _ = result::destroy_matmul_desc(call.desc);
-                for layout in call.layouts {
-                    let _ = result::destroy_matrix_layout(layout);
-                }
-            }
+            unsafe { destroy(call.desc, call.layouts) };
         }
         // SAFETY: the handle was made by `new` and is dropped once, here.
         unsafe {

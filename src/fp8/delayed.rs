@@ -24,8 +24,10 @@ pub enum AmaxCompute {
 
 /// Per-tensor delayed scaling: each call quantizes with the scale derived from the amax
 /// history, then records the tensor's amax. A zero or non-finite amax (an all-zero or
-/// overflowed step) is recorded but never lowers the scale to zero or makes it non-finite:
-/// the scale then stays what it was (a bug Transformer Engine once had).
+/// overflowed step) never lowers the scale to zero or makes it non-finite: the scale then
+/// stays what it was (a bug Transformer Engine once had), and a non-finite amax is recorded
+/// as 0, no observation (the scale follows the largest finite amax), so the history can be
+/// saved with every Burn recorder, JSON's included.
 ///
 /// ```
 /// use burn::backend::Flex;
@@ -120,7 +122,8 @@ impl DelayedScaling {
         if self.history.len() == self.length {
             self.history.pop_front();
         }
-        self.history.push_back(amax.abs());
+        self.history
+            .push_back(if amax.is_finite() { amax.abs() } else { 0.0 });
         let pick = match self.compute {
             AmaxCompute::Max => self
                 .history
@@ -164,7 +167,62 @@ impl<B: Backend> Record<B> for DelayedScaling {
         }
     }
 
+    /// Loads a checked item.
+    ///
+    /// # Panics
+    /// With [`Fp8Error::InvalidRecord`]'s message where the item does not check out
+    /// ([`DelayedScaling::try_from_item`] returns it instead).
     fn from_item<S: PrecisionSettings>(item: Self::Item<S>, _device: &B::Device) -> Self {
+        DelayedScaling::try_from_item(item).unwrap_or_else(|err| panic!("{err}"))
+    }
+}
+
+/// The longest history an item may hold (a guard against a corrupted length).
+const MAX_ITEM_HISTORY: usize = 1 << 20;
+
+impl DelayedScaling {
+    /// The scaling an item (a checkpoint's) describes, after checking every number a
+    /// resumed run would use.
+    ///
+    /// ```
+    /// use burn::backend::Flex;
+    /// use burn::record::Record;
+    /// use burn_amp::fp8::{AmaxCompute, DelayedScaling};
+    ///
+    /// let scaling = DelayedScaling::new(4, 0, AmaxCompute::Max)?;
+    /// let item = Record::<Flex>::into_item::<burn::record::FullPrecisionSettings>(scaling.clone());
+    /// assert_eq!(DelayedScaling::try_from_item(item)?, scaling);
+    /// # Ok::<(), burn_amp::fp8::Fp8Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Fp8Error::InvalidRecord`] naming the field: a length of 0 or over 2^20, a history
+    /// longer than the length, a negative amax, a scale that is not a valid FP8 scale, a
+    /// margin over 64.
+    pub fn try_from_item(item: DelayedScalingItem) -> Result<Self, Fp8Error> {
+        let bad = |what: String| Err(Fp8Error::InvalidRecord(what));
+        if item.length == 0 || item.length > MAX_ITEM_HISTORY {
+            return bad(format!("length = {}: must be in 1..=2^20", item.length));
+        }
+        if item.history.len() > item.length {
+            return bad(format!(
+                "history: {} amaxes, more than its length {}",
+                item.history.len(),
+                item.length
+            ));
+        }
+        if let Some(a) = item.history.iter().find(|a| **a < 0.0) {
+            return bad(format!("history: amax {a} is negative"));
+        }
+        if !burn_amp_kernels::fp8::scale::is_valid_scale(item.scale) {
+            return bad(format!(
+                "scale = {}: must be finite, in [2^-126, 2^126]",
+                item.scale
+            ));
+        }
+        if item.margin > 64 {
+            return bad(format!("margin = {}: at most 64", item.margin));
+        }
         let rule = if item.float_scales {
             ScaleRule::Float {
                 margin: item.margin,
@@ -174,13 +232,18 @@ impl<B: Backend> Record<B> for DelayedScaling {
                 margin: item.margin,
             }
         };
-        Self {
-            history: item.history.into_iter().collect(),
+        Ok(Self {
+            // An older checkpoint's non-finite amaxes: no observation, as recorded now.
+            history: item
+                .history
+                .into_iter()
+                .map(|a| if a.is_finite() { a } else { 0.0 })
+                .collect(),
             length: item.length,
             margin: item.margin,
             compute: item.compute,
             rule,
             scale: item.scale,
-        }
+        })
     }
 }

@@ -339,6 +339,31 @@ where
     }
 }
 
+/// `record`, an optimizer `O`'s, as [`FusedAdamW`]'s record type when `O` is a `FusedAdamW`
+/// of `M` on `B` (compared as in [`as_fused`]); `Err(record)` otherwise.
+#[allow(clippy::type_complexity)]
+pub(crate) fn fused_record<O, M, B>(
+    record: O::Record,
+) -> Result<HashMap<ParamId, AdaptorRecord<AdamW, B>>, O::Record>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B>,
+    O: Optimizer<M, B>,
+{
+    if typeid::of::<O>() != typeid::of::<FusedAdamW<M, B>>() {
+        return Err(record);
+    }
+    let record = core::mem::ManuallyDrop::new(record);
+    // SAFETY: `O` is `FusedAdamW<M, B>` up to lifetimes, so `O::Record` is its record type,
+    // `HashMap<ParamId, AdaptorRecord<AdamW, B>>` (no lifetime in it: Burn's backends are
+    // `'static`); the value is read once and not dropped as `O::Record`.
+    Ok(unsafe {
+        core::ptr::read(
+            (&*record as *const O::Record).cast::<HashMap<ParamId, AdaptorRecord<AdamW, B>>>(),
+        )
+    })
+}
+
 /// `optim` as a [`FusedAdamW`] of `M` on `B`, if it is one: how
 /// [`LossScaleOptimizer`](crate::LossScaleOptimizer) finds the optimizer that can skip a
 /// step on the device. Optimizers need not be `'static` (Burn asks only `Send + Clone`), so

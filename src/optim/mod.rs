@@ -19,6 +19,6 @@ mod paths;
 mod record;
 mod state;
 
-pub(crate) use adamw::as_fused;
 pub use adamw::{FusedAdamW, FusedAdamWConfig};
+pub(crate) use adamw::{as_fused, fused_record};
 pub use record::RecordError;

@@ -42,6 +42,20 @@ fn view<const D: usize>(t: &Tensor<Flex, D>) -> (View, Vec<f32>) {
     (view, p.storage::<f32>().to_vec())
 }
 
+thread_local! {
+    /// Every plan `check` built on this thread: the ordering tests run the plan tests and
+    /// take the products they built.
+    static BUILT: std::cell::RefCell<Vec<GemmPlan>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Every plan the plan tests build (run again on this thread).
+pub(super) fn every_plan() -> Vec<GemmPlan> {
+    BUILT.with(|b| b.borrow_mut().clear());
+    plans_of_two_dimensional_products_match_burns_matmul();
+    plans_of_batched_and_broadcast_products_match_burns_matmul();
+    BUILT.with(|b| b.borrow().clone())
+}
+
 /// Plans `lhs @ rhs`, carries the plan out on their buffers and compares with Burn's.
 fn check<const D: usize>(what: &str, lhs: Tensor<Flex, D>, rhs: Tensor<Flex, D>) -> GemmPlan {
     let ((lv, lb), (rv, rb)) = (view(&lhs), view(&rhs));
@@ -63,6 +77,7 @@ fn check<const D: usize>(what: &str, lhs: Tensor<Flex, D>, rhs: Tensor<Flex, D>)
             "{what}: element {i}: {g} where Burn gives {e} ({plan:?})"
         );
     }
+    BUILT.with(|b| b.borrow_mut().push(plan.clone()));
     plan
 }
 

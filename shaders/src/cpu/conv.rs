@@ -46,6 +46,12 @@ pub enum ConvError {
         /// Padding.
         padding: [usize; 2],
     },
+    /// A size the shape implies overflows the address space.
+    #[error("{what}: the shape implies more values than can be addressed")]
+    TooLarge {
+        /// Which size.
+        what: &'static str,
+    },
     /// A slice does not hold what the shape and the samples imply.
     #[error("{what}: {expected} values expected, {got} given")]
     Length {
@@ -98,8 +104,10 @@ impl ConvShape {
             if self.stride[d] == 0 || self.dilation[d] == 0 || self.kernel[d] == 0 {
                 return None;
             }
-            let span = self.dilation[d] * (self.kernel[d] - 1) + 1;
-            let padded = self.size[d] + 2 * self.padding[d];
+            let span = self.dilation[d]
+                .checked_mul(self.kernel[d] - 1)?
+                .checked_add(1)?;
+            let padded = self.padding[d].checked_mul(2)?.checked_add(self.size[d])?;
             (padded >= span).then(|| (padded - span) / self.stride[d] + 1)
         };
         Some([along(0)?, along(1)?])
@@ -118,6 +126,16 @@ impl ConvShape {
     /// Values of one input sample.
     pub fn sample(&self) -> usize {
         self.channels * self.size[0] * self.size[1]
+    }
+
+    /// Values of one sample, of one patch, and output positions, each checked against
+    /// overflow.
+    fn sizes(&self, [oh, ow]: [usize; 2]) -> Result<(usize, usize, usize), ConvError> {
+        Ok((
+            product("input sample", &[self.channels, self.size[0], self.size[1]])?,
+            product("patch", &[self.channels, self.kernel[0], self.kernel[1]])?,
+            product("output positions", &[oh, ow])?,
+        ))
     }
 
     fn check(&self) -> Result<[usize; 2], ConvError> {
@@ -167,6 +185,16 @@ fn check_len(what: &'static str, expected: usize, got: usize) -> Result<(), Conv
     }
 }
 
+/// The product of `sizes`, or [`ConvError::TooLarge`] naming `what` where it overflows
+/// `isize` (the largest slice length).
+fn product(what: &'static str, sizes: &[usize]) -> Result<usize, ConvError> {
+    sizes
+        .iter()
+        .try_fold(1usize, |acc, &v| acc.checked_mul(v))
+        .filter(|v| *v <= isize::MAX as usize)
+        .ok_or(ConvError::TooLarge { what })
+}
+
 /// The columns of samples `samples` of `x` (the whole batch, `[batch, channels, h, w]`)
 /// into `cols` (`[patch, samples * positions]`), zero where a patch lies in the padding,
 /// each value rounded to `D`.
@@ -182,10 +210,14 @@ pub fn im2col<S: CpuFloat, D: CpuFloat>(
     cols: &mut [D],
 ) -> Result<(), ConvError> {
     let [oh, ow] = shape.check()?;
-    check_len("input", shape.batch * shape.sample(), x.len())?;
     let count = samples.len();
-    let positions = oh * ow;
-    check_len("columns", shape.patch() * count * positions, cols.len())?;
+    let (sample, patch, positions) = shape.sizes([oh, ow])?;
+    check_len("input", product("input", &[shape.batch, sample])?, x.len())?;
+    check_len(
+        "columns",
+        product("columns", &[patch, count, positions])?,
+        cols.len(),
+    )?;
     if samples.end > shape.batch {
         return Err(ConvError::Length {
             what: "samples",
@@ -300,13 +332,17 @@ pub fn col2im(
 ) -> Result<(), ConvError> {
     let [oh, ow] = shape.check()?;
     let count = samples.len();
-    let positions = oh * ow;
+    let (sample, patch, positions) = shape.sizes([oh, ow])?;
     check_len(
         "column gradients",
-        shape.patch() * count * positions,
+        product("column gradients", &[patch, count, positions])?,
         dcols.len(),
     )?;
-    check_len("input gradient", count * shape.sample(), dx.len())?;
+    check_len(
+        "input gradient",
+        product("input gradient", &[count, sample])?,
+        dx.len(),
+    )?;
     let [h, w] = shape.size;
     let width = count * positions;
     if h * w == 0 {

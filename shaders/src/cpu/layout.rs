@@ -60,7 +60,16 @@ pub fn copy_strided<T: Copy + Send + Sync>(
     strides: &[isize],
     dst: &mut [T],
 ) -> Result<(), LayoutError> {
-    let elements: usize = shape.iter().product();
+    let shape_error = || LayoutError::Shape {
+        shape: shape.to_vec(),
+        strides: strides.to_vec(),
+        dst: dst.len(),
+    };
+    // Checked: a product or reach that wraps would pass the bounds check below.
+    let elements = shape
+        .iter()
+        .try_fold(1usize, |acc, &n| acc.checked_mul(n))
+        .ok_or_else(shape_error)?;
     if shape.len() != strides.len() || dst.len() != elements {
         return Err(LayoutError::Shape {
             shape: shape.to_vec(),
@@ -71,14 +80,25 @@ pub fn copy_strided<T: Copy + Send + Sync>(
     if elements == 0 {
         return Ok(());
     }
-    let (mut min, mut max) = (offset as isize, offset as isize);
+    let out_of_bounds = |min, max| LayoutError::OutOfBounds {
+        elements,
+        min,
+        max,
+        len: src.len(),
+    };
+    let start = isize::try_from(offset).map_err(|_| out_of_bounds(isize::MAX, isize::MAX))?;
+    let (mut min, mut max) = (start, start);
     for (&n, &s) in shape.iter().zip(strides) {
-        let reach = (n as isize - 1) * s;
-        if reach < 0 {
-            min += reach;
+        let reach = isize::try_from(n - 1)
+            .ok()
+            .and_then(|n| n.checked_mul(s))
+            .ok_or_else(|| out_of_bounds(min, isize::MAX))?;
+        let moved = if reach < 0 {
+            min.checked_add(reach).map(|v| min = v)
         } else {
-            max += reach;
-        }
+            max.checked_add(reach).map(|v| max = v)
+        };
+        moved.ok_or_else(|| out_of_bounds(min, max))?;
     }
     if min < 0 || max >= src.len() as isize {
         return Err(LayoutError::OutOfBounds {

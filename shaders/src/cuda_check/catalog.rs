@@ -15,6 +15,7 @@ use crate::fp8::launch::{self as fp8, BlockLayout};
 use crate::fp8::{Fp8Cast, Fp8Format, Overflow, Rounding, ScaleRule};
 use crate::half16::{self, Half16};
 use crate::optim::{self, AdamwBuffers};
+use crate::order;
 
 /// An element type a kernel is generic over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +78,10 @@ pub enum Launch {
     Fp8Matmul(Fp8Format, Fp8MatmulConfig),
     /// [`optim::launch::adamw`] (`skippable`: with the loss scaler's overflow flag).
     Adamw(Elem, bool),
+    /// [`order::launch::signal`].
+    Signal,
+    /// [`order::launch::spin`].
+    Spin,
 }
 
 /// A launch with the name of its kernel family and a description of the instantiation.
@@ -162,6 +167,8 @@ pub fn instantiations() -> Vec<Instantiation> {
         add("fp8::scales", format!("{rule:?}"), Launch::Scales(rule));
     }
     add("fp8::copy", "u32".into(), Launch::Copy);
+    add("order::signal", "u32".into(), Launch::Signal);
+    add("order::spin", "u32".into(), Launch::Spin);
     for format in [Half16::Shp { bias: 15 }, Half16::Uhp] {
         let name = if matches!(format, Half16::Uhp) {
             "UHP"
@@ -347,6 +354,15 @@ pub fn launch<R: Runtime>(client: &ComputeClient<R>, launch: Launch) {
         }
         Launch::Copy => {
             fp8::copy(client, empty_words(client, LEN), LEN)
+                .expect("the catalog's buffers fit its layouts");
+        }
+        Launch::Signal => {
+            order::launch::signal(client, &empty_words(client, 1), 1)
+                .expect("the catalog's buffers fit its layouts");
+        }
+        Launch::Spin => {
+            let bound = [empty_words(client, LEN), empty_words(client, LEN)];
+            order::launch::spin(client, &empty_words(client, 1), 1, &bound)
                 .expect("the catalog's buffers fit its layouts");
         }
         Launch::Half16Encode(format) => {

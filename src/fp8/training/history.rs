@@ -375,6 +375,15 @@ fn format_name(format: Fp8Format) -> &'static str {
     }
 }
 
+/// An amax as a record keeps it: a non-finite one (an overflowing step's, skipped by the
+/// loss scale) as 0, "no observation", which delayed scaling reads the same way (it follows
+/// the largest *finite* amax of the history, zero where there is none), so a run loaded from
+/// the record scales as the run never saved does, and every recorder, JSON's included
+/// (which has no infinity or NaN), can write it.
+fn observed(amax: f32) -> f32 {
+    if amax.is_finite() { amax } else { 0.0 }
+}
+
 /// The largest history a record may hold (a guard against a corrupted length).
 const MAX_RECORD_HISTORY: usize = 1 << 20;
 
@@ -411,7 +420,8 @@ pub struct SiteRecord {
 pub struct RoleRecord {
     /// 0 input, 1 weight, 2 gradient.
     pub role: u8,
-    /// The amax history, oldest first.
+    /// The amax history, oldest first; the non-finite amaxes of overflowing steps are kept
+    /// as 0 (no observation), as delayed scaling reads them.
     pub history: Vec<f32>,
     /// The scale last used.
     pub scale: f32,
@@ -436,7 +446,7 @@ impl From<&SiteState> for SiteRecord {
                 .iter()
                 .map(|(role, r)| RoleRecord {
                     role: role.index(),
-                    history: r.history.iter().copied().collect(),
+                    history: r.history.iter().copied().map(observed).collect(),
                     scale: r.scale,
                     layout: u8::from(r.format.layout() == Fp8Layout::E5M2),
                     format_bias: r.format.bias(),
@@ -465,7 +475,7 @@ impl SiteRecord {
                 Some((
                     role,
                     RoleState {
-                        history: r.history.into(),
+                        history: r.history.into_iter().map(observed).collect(),
                         scale: r.scale,
                         format,
                         bias: r.bias,

@@ -39,7 +39,10 @@ impl<O> LossScaleOptimizer<O> {
         M: AutodiffModule<B>,
         O: Optimizer<M, B>,
     {
+        // Every part is checked before anything changes: the scale, counters, schedule and
+        // FP8 history first, then the inner optimizer's state, loaded into a copy.
         record.validate(self.scale.config())?;
+        let inner = load_inner::<O, M, B>(&self.inner, record.inner)?;
         self.scale
             .fp8_history()
             .load_record(record.fp8)
@@ -54,7 +57,7 @@ impl<O> LossScaleOptimizer<O> {
             .schedule
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = record.min_scale_schedule;
-        self.inner = self.inner.clone().load_record(record.inner);
+        self.inner = inner;
         self.scale.set(
             record.scale,
             record.good_steps,
@@ -62,5 +65,42 @@ impl<O> LossScaleOptimizer<O> {
             record.total_steps,
         );
         Ok(())
+    }
+}
+
+/// A copy of `inner` with `record` loaded, `inner` left as it is. A
+/// [`FusedAdamW`](crate::FusedAdamW) is loaded through its checked load (a refusal is its
+/// [`RecordError`](crate::optim::RecordError)); any other optimizer through Burn's
+/// `load_record`, whose panic, where it refuses a record, becomes
+/// [`LossScaleError::InvalidRecord`] for the field `inner`.
+fn load_inner<O, M, B>(inner: &O, record: O::Record) -> Result<O, LossScaleError>
+where
+    B: AutodiffBackend,
+    M: AutodiffModule<B>,
+    O: Optimizer<M, B>,
+{
+    let mut copy = inner.clone();
+    match crate::optim::fused_record::<O, M, B>(record) {
+        Ok(record) => {
+            let fused = crate::optim::as_fused::<O, M, B>(&mut copy)
+                .expect("a FusedAdamW record belongs to a FusedAdamW");
+            fused.try_load_record(record)?;
+            Ok(copy)
+        }
+        Err(record) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            copy.load_record(record)
+        }))
+        .map_err(|panic| LossScaleError::InvalidRecord {
+            field: "inner",
+            value: "the inner optimizer's record".into(),
+            rule: format!(
+                "one the inner optimizer loads; it refused it: {}",
+                panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("a panic")
+            ),
+        }),
     }
 }

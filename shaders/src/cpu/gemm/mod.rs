@@ -85,6 +85,18 @@ pub enum GemmError {
         /// Values in the bias.
         len: usize,
     },
+    /// The product's sizes overflow the address space: `rows x cols` outputs, or `rows x
+    /// depth` / `depth x cols` operand elements, more than `isize::MAX` (views with stride
+    /// 0 can name such sizes over a single value).
+    #[error("a {rows}x{depth} by {depth}x{cols} product is too large to address")]
+    TooLarge {
+        /// Rows of the product.
+        rows: usize,
+        /// The shared dimension.
+        depth: usize,
+        /// Columns of the product.
+        cols: usize,
+    },
     /// A view reaches outside its slice.
     #[error(
         "a {rows}x{cols} view at offset {offset} with strides ({row_stride}, {col_stride}) \
@@ -291,7 +303,18 @@ fn check<A: CpuFloat, B: CpuFloat>(
             b_cols: b.cols,
         });
     }
-    if len != a.rows * b.cols {
+    let too_large = || GemmError::TooLarge {
+        rows: a.rows,
+        depth: a.cols,
+        cols: b.cols,
+    };
+    // Every count the driver forms (outputs, and each operand's elements, which it walks
+    // with `isize` offsets) must be addressable: checked, never wrapped.
+    let addressable = |x: usize, y: usize| x.checked_mul(y).filter(|v| *v <= isize::MAX as usize);
+    let outputs = addressable(a.rows, b.cols).ok_or_else(too_large)?;
+    addressable(a.rows, a.cols).ok_or_else(too_large)?;
+    addressable(b.rows, b.cols).ok_or_else(too_large)?;
+    if len != outputs {
         return Err(GemmError::OutputLength {
             rows: a.rows,
             cols: b.cols,
