@@ -206,8 +206,9 @@ fn through_every_recorder<R: Record<Fx> + Clone>(
 }
 
 /// A `LossScaleOptimizer` record as values to compare: the inner state's bytes per
-/// parameter, and the scale, counters, schedule and FP8 state as `Debug` prints them.
-fn state_of<R: Record<Fx>>(
+/// parameter (none for a fresh optimizer), and the scale, counters, schedule and FP8 state
+/// as `Debug` prints them.
+pub(super) fn state_of<R: Record<Fx>>(
     record: LossScaleOptimizerRecord<impl IntoIterator<Item = (ParamId, R)>>,
 ) -> (Vec<(String, Vec<u8>)>, String) {
     let LossScaleOptimizerRecord {

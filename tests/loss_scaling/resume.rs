@@ -114,19 +114,7 @@ where
     R: Record<Fx>,
     I: IntoIterator<Item = (ParamId, R)>,
 {
-    let LossScaleOptimizerRecord {
-        inner,
-        scale,
-        good_steps,
-        skipped_steps,
-        total_steps,
-        min_scale_schedule,
-        fp8,
-    } = record;
-    let extra = format!(
-        "{scale:?} {good_steps} {skipped_steps} {total_steps} {min_scale_schedule:?} {fp8:?}"
-    );
-    (per_param_bytes(inner), extra)
+    super::recorders::state_of(record)
 }
 
 /// Trains `2 * STEPS` steps straight, then `STEPS`, a checkpoint of the model and the
