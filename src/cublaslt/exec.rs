@@ -62,6 +62,41 @@ pub struct Buffers {
     pub scale_invs: Option<(u64, u64)>,
 }
 
+impl Buffers {
+    /// Whether these buffers give what `plan` needs: an FP8 plan its scale inverses, each on
+    /// a 16-byte boundary (cuBLASLt answers NOT_SUPPORTED for scale pointers off one: two
+    /// scales 4 bytes apart in one buffer, say; burn-amp's scales are buffers of their own),
+    /// a bias epilogue its bias.
+    ///
+    /// # Errors
+    /// [`CublasLtError::Buffers`] naming what is missing.
+    pub(super) fn check(&self, plan: &GemmPlan) -> Result<(), CublasLtError> {
+        let fp8 = takes_scales(plan);
+        if fp8 && self.scale_invs.is_none() {
+            return Err(CublasLtError::Buffers(
+                "an FP8 product needs its operands' scale inverses",
+            ));
+        }
+        if plan.epilogue == Epilogue::Bias && self.bias.is_none() {
+            return Err(CublasLtError::Buffers("the bias epilogue needs a bias"));
+        }
+        if fp8
+            && let Some((a, b)) = self.scale_invs
+            && (a % 16 != 0 || b % 16 != 0)
+        {
+            return Err(CublasLtError::Buffers(
+                "FP8 scale inverses must start on 16-byte boundaries",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether `plan` reads FP8 operands, which take per-tensor scale inverses.
+fn takes_scales(plan: &GemmPlan) -> bool {
+    plan.fp8.is_some() || plan.a.dtype.is_fp8() || plan.b.dtype.is_fp8()
+}
+
 /// One plan's descriptors and algorithm.
 struct Call {
     desc: sys::cublasLtMatmulDesc_t,
@@ -114,25 +149,8 @@ impl CublasLt {
     /// unscaled) or with one off a 16-byte boundary, or a bias epilogue without a bias,
     /// before anything is enqueued; cuBLASLt's status when it refuses the call.
     pub unsafe fn run(&mut self, plan: &GemmPlan, buffers: &Buffers) -> Result<(), CublasLtError> {
-        let fp8 = plan.fp8.is_some() || plan.a.dtype.is_fp8() || plan.b.dtype.is_fp8();
-        if fp8 && buffers.scale_invs.is_none() {
-            return Err(CublasLtError::Buffers(
-                "an FP8 product needs its operands' scale inverses",
-            ));
-        }
-        if plan.epilogue == Epilogue::Bias && buffers.bias.is_none() {
-            return Err(CublasLtError::Buffers("the bias epilogue needs a bias"));
-        }
-        // cuBLASLt answers NOT_SUPPORTED for scale pointers off a 16-byte boundary (two
-        // scales 4 bytes apart in one buffer, say); burn-amp's scales are buffers of their own.
-        if fp8
-            && let Some((a, b)) = buffers.scale_invs
-            && (a % 16 != 0 || b % 16 != 0)
-        {
-            return Err(CublasLtError::Buffers(
-                "FP8 scale inverses must start on 16-byte boundaries",
-            ));
-        }
+        buffers.check(plan)?;
+        let fp8 = takes_scales(plan);
         if !self.calls.contains_key(plan) {
             // SAFETY: descriptors made and queried on our handle.
             let call = unsafe { prepare(self.handle, plan)? };

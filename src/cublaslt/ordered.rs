@@ -261,12 +261,8 @@ impl OrderedLt {
                     None => None,
                 },
             };
-            if (p.plan.fp8.is_some() || p.plan.a.dtype.is_fp8()) && buffers.scale_invs.is_none() {
-                return Err(CublasLtError::Buffers(
-                    "an FP8 product needs its operands' scale inverses",
-                )
-                .into());
-            }
+            // Refused before the handshake begins, not inside it.
+            buffers.check(p.plan)?;
             let mut io = ProductIo {
                 reads: vec![buffers.a, buffers.b],
                 writes: vec![buffers.d],
