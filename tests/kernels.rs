@@ -5,10 +5,13 @@
 //! Blocked accumulation: every backend gives the reference's bits; the block-scaled FP8
 //! matmul checks its operands. The CPU kernels on Flex (`kernels/flex.rs`): casts and the
 //! fused cast-and-matmul; softmax, layer norm, GELU,
-//! arithmetic, reshapes and dropout masks against Flex's own ops (`kernels/nn.rs`). The
+//! arithmetic, reshapes and dropout masks against Flex's own ops (`kernels/nn.rs`);
+//! convolutions split across threads keep their results (`kernels/conv.rs`). The
 //! cuBLASLt call plans against Burn's matmul (`kernels/gemm_plans.rs`).
 
 mod common;
+#[path = "kernels/conv.rs"]
+mod conv;
 #[path = "kernels/flex.rs"]
 mod flex;
 #[path = "kernels/gemm_plans.rs"]

@@ -6,6 +6,7 @@
 //! cargo run --release --example bench -- --quick       # checks the harness runs (seconds)
 //! cargo run --release --example bench -- --threads 4   # on a pool of 4 threads
 //! cargo run --release --example bench -- --scaling     # 1, 2, 4, ... threads: the scaling table
+//! cargo run --release --example bench -- --profile cnn # one model's mixed_bfloat16 op table (encoder, cnn, mlp)
 //! ```
 
 mod alloc;
@@ -37,13 +38,13 @@ fn progress(msg: &str) {
 
 fn main() {
     let (mut quick, mut out, mut only) = (false, None, None);
-    let (mut threads, mut scaling) = (None, false);
+    let (mut threads, mut scaling, mut profile) = (None, false, None);
     let mut python = "python3".to_string();
     let mut args = std::env::args().skip(1);
     let usage = || -> ! {
         eprintln!(
             "usage: bench [--quick] [--out FILE] [--only cpu|wgpu|cuda] [--python PATH] \
-             [--threads N] [--scaling]"
+             [--threads N] [--scaling] [--profile encoder|cnn|mlp]"
         );
         std::process::exit(2);
     };
@@ -58,6 +59,7 @@ fn main() {
                 _ => usage(),
             },
             ("--scaling", _) => scaling = true,
+            ("--profile", _) => profile = args.next(),
             _ => usage(),
         }
     }
@@ -77,6 +79,24 @@ fn main() {
         }
     });
     let runs = if quick { 1 } else { 7 };
+    if let Some(name) = profile {
+        let workload = match name.as_str() {
+            "encoder" => Workload::Encoder {
+                d_model: 256,
+                layers: 4,
+                seq: 128,
+                batch: 16,
+            },
+            "cnn" => Workload::Cnn { batch: 64 },
+            "mlp" => Workload::Mlp {
+                width: 4096,
+                batch: 128,
+            },
+            _ => usage(),
+        };
+        print!("{}", profile::one(workload, if quick { 1 } else { 20 }));
+        return;
+    }
     if scaling {
         let cores = threads.unwrap_or_else(rayon::current_num_threads);
         let counts = scaling::thread_counts(cores);

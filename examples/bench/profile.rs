@@ -12,6 +12,26 @@ use crate::step_profile::{Profiling, step_profile};
 
 /// The tables, as Markdown.
 pub fn section(workloads: &[Workload], runs: usize) -> String {
+    section_of(workloads, runs, &CONFIGS)
+}
+
+/// The policies a profile compares, each with its label.
+const CONFIGS: [(&str, &str); 3] = [
+    ("float32", "float32"),
+    (
+        "mixed_bfloat16, Flex's ops (kernels=backend)",
+        "params=float32,compute=bfloat16,output=float32,kernels=backend",
+    ),
+    ("mixed_bfloat16", "mixed_bfloat16"),
+];
+
+/// One workload's `mixed_bfloat16` profile over `runs` steps (`bench --profile NAME`: the
+/// op table alone, and a loop to sample with `perf record`).
+pub fn one(workload: Workload, runs: usize) -> String {
+    section_of(&[workload], runs, &CONFIGS[2..])
+}
+
+fn section_of(workloads: &[Workload], runs: usize, configs: &[(&str, &str)]) -> String {
     type B = Autodiff<Flex>;
     let device = Default::default();
     let mut md = String::from(
@@ -21,14 +41,6 @@ pub fn section(workloads: &[Workload], runs: usize) -> String {
          steps`); burn-amp's own are named `(backward)`. Ops under 1% of the step are summed \
          as `other ops`.\n",
     );
-    let configs = [
-        ("float32", "float32"),
-        (
-            "mixed_bfloat16, Flex's ops (kernels=backend)",
-            "params=float32,compute=bfloat16,output=float32,kernels=backend",
-        ),
-        ("mixed_bfloat16", "mixed_bfloat16"),
-    ];
     let how = Profiling {
         profile: |step: &mut dyn Step| cost::profile(|| step.phases()).1,
         profiled_warm_ups: 0,
@@ -36,7 +48,7 @@ pub fn section(workloads: &[Workload], runs: usize) -> String {
         per: "a step",
     };
     for workload in workloads {
-        for (label, spec) in configs {
+        for &(label, spec) in configs {
             progress(&format!("profile: {} under {label}", workload.describe()));
             let policy: Policy = spec.parse().expect("a valid policy");
             md.push_str(&step_profile::<B, _>(

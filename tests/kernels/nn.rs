@@ -13,7 +13,7 @@ use burn_amp::{MixedPrecision, Policy, cost, with_policy};
 
 use crate::common::{Lcg, values};
 
-type Ad = MixedPrecision<Autodiff<Flex>>;
+pub(crate) type Ad = MixedPrecision<Autodiff<Flex>>;
 type Bare = Autodiff<Flex>;
 
 /// Values with the awkward ones in: `-inf` masks (every fifth value), a row of only
@@ -33,7 +33,7 @@ fn scores(rows: usize, cols: usize, seed: u64) -> Vec<f32> {
     v
 }
 
-fn tensor<B: Backend, const D: usize>(
+pub(crate) fn tensor<B: Backend, const D: usize>(
     v: &[f32],
     shape: [usize; D],
     dtype: FloatDType,
@@ -42,7 +42,7 @@ fn tensor<B: Backend, const D: usize>(
 }
 
 /// `|got - want| <= tol * (|want| + floor)`, NaN where NaN.
-fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32, floor: f32) {
+pub(crate) fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32, floor: f32) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= tol * (w.abs() + floor);

@@ -269,9 +269,8 @@ fn im2col_row<S: CpuFloat, D: CpuFloat>(
                         if sx == 1 {
                             dst.copy_from_slice(&line[x0..x0 + dst.len()]);
                         } else {
-                            for (n, d) in dst.iter_mut().enumerate() {
-                                *d = line[x0 + n * sx];
-                            }
+                            let src = line[x0..].iter().step_by(sx);
+                            dst.iter_mut().zip(src).for_each(|(d, v)| *d = *v);
                         }
                     }
                 }
@@ -298,9 +297,8 @@ fn im2col_row<S: CpuFloat, D: CpuFloat>(
                         let src = &line[x0..x0 + dst.len()];
                         dst.iter_mut().zip(src).for_each(|(d, v)| *d = v.to_f32());
                     } else {
-                        for (n, d) in dst.iter_mut().enumerate() {
-                            *d = line[x0 + n * sx].to_f32();
-                        }
+                        let src = line[x0..].iter().step_by(sx);
+                        dst.iter_mut().zip(src).for_each(|(d, v)| *d = v.to_f32());
                     }
                 }
             }
@@ -378,9 +376,8 @@ fn col2im_plane(shape: &ConvShape, dcols: &[f32], width: usize, p: usize, plane:
                     let dst = &mut line[x0..x0 + src.len()];
                     dst.iter_mut().zip(src).for_each(|(d, v)| *d += v);
                 } else {
-                    for (n, v) in src.iter().enumerate() {
-                        line[x0 + n * sx] += v;
-                    }
+                    let dst = line[x0..].iter_mut().step_by(sx);
+                    dst.zip(src).for_each(|(d, v)| *d += v);
                 }
             }
         }

@@ -7,9 +7,14 @@ use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::cast::{self, CpuFloat, Format};
 use burn_amp_kernels::cpu::conv::{self, ConvShape};
-use burn_amp_kernels::cpu::gemm::{self, Kernel, MatRef};
+use core::cell::Cell;
+use core::ops::Range;
+
+use burn_amp_kernels::cpu::gemm::{self, Kernel, MatRef, Threads};
 use burn_amp_kernels::cpu::layout::copy_strided;
 use burn_tensor::{DType, Shape};
+use bytemuck::Pod;
+use rayon::prelude::*;
 
 use super::super::ConvGeometry;
 use super::layout::contiguous;
@@ -36,8 +41,13 @@ macro_rules! with_format {
     };
 }
 
-/// Column values a chunk of the batch may take (16 MiB of bf16).
+/// Column values a chunk of the batch may take when one product runs on all threads (16
+/// MiB of bf16).
 const COLUMNS: usize = 1 << 23;
+
+/// Column values a chunk of the batch aims at when each runs on one thread (256 KiB of
+/// bf16): with its product, within a core's L2 cache.
+const TASK_COLUMNS: usize = 1 << 17;
 
 /// A convolution the kernels take, with its shapes.
 #[derive(Clone, Debug)]
@@ -98,15 +108,32 @@ impl ConvPlan {
         })
     }
 
-    /// Samples per chunk, so that a chunk's columns stay within `COLUMNS` values.
-    fn chunk(&self) -> usize {
+    /// How the batch is split. With at least as many samples as threads, each thread takes
+    /// an equal run of samples, in chunks whose columns fit a core's caches, each product on
+    /// that thread; otherwise (a few samples) one run, in chunks bounded by `COLUMNS`, each
+    /// product on all threads. The runs depend on the thread count alone, so the weight
+    /// gradient's sums do too: a run is repeatable.
+    fn split(&self) -> Split {
         let per_sample = (self.shape.patch() * self.shape.positions()).max(1);
-        (COLUMNS / per_sample).clamp(1, self.shape.batch.max(1))
-    }
-
-    fn chunks(&self) -> impl Iterator<Item = core::ops::Range<usize>> {
-        let (n, step) = (self.shape.batch, self.chunk());
-        (0..n.div_ceil(step)).map(move |i| i * step..n.min((i + 1) * step))
+        let batch = self.shape.batch;
+        let threads = rayon::current_num_threads().max(1);
+        if threads > 1 && batch >= threads {
+            let runs = (0..threads)
+                .map(|t| batch * t / threads..batch * (t + 1) / threads)
+                .collect();
+            let step = (TASK_COLUMNS / per_sample).max(1);
+            Split {
+                runs,
+                step,
+                threads: Threads::Caller,
+            }
+        } else {
+            Split {
+                runs: core::iter::once(0..batch).collect(),
+                step: (COLUMNS / per_sample).clamp(1, batch.max(1)),
+                threads: Threads::Pool,
+            }
+        }
     }
 
     /// The convolution of `x` by `weight` plus `bias`, operands rounded to `kernel`'s
@@ -134,58 +161,86 @@ impl ConvPlan {
         })))
     }
 
-    fn forward_typed<X: CpuFloat, W: CpuFloat, F: CpuFloat, O: CpuFloat>(
+    fn forward_typed<X: CpuFloat, W: CpuFloat, F: CpuFloat + Pod, O: CpuFloat + Pod>(
         &self,
         kernel: Kernel,
         x: &[X],
         weight: &[W],
         bias: Option<&[f32]>,
     ) -> Vec<O> {
-        let isa = kernel.isa();
+        let (l, oc) = (self.shape.positions(), self.out_channels);
+        let mut y = zeros::<O>(self.shape.batch * oc * l);
+        let split = self.split();
+        let run = |(samples, dst): (Range<usize>, &mut [O])| {
+            let mut bufs = Buffers::take();
+            for chunk in split.chunks(samples.clone()) {
+                let at =
+                    (chunk.start - samples.start) * oc * l..(chunk.end - samples.start) * oc * l;
+                let dst = &mut dst[at];
+                self.forward_chunk::<X, W, F, O>(
+                    kernel,
+                    split.threads,
+                    x,
+                    weight,
+                    bias,
+                    chunk,
+                    dst,
+                    &mut bufs,
+                );
+            }
+            bufs.give_back();
+        };
+        let runs = split.runs.iter().cloned();
+        let jobs: Vec<_> = runs.zip(split.slices(&mut y, oc * l)).collect();
+        match split.threads {
+            Threads::Caller => jobs.into_par_iter().for_each(run),
+            Threads::Pool => jobs.into_iter().for_each(run),
+        }
+        y
+    }
+
+    /// The output `dst` (`[samples, out, positions]`) of the samples `samples`, with the
+    /// thread's buffers.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_chunk<X: CpuFloat, W: CpuFloat, F: CpuFloat + Pod, O: CpuFloat + Pod>(
+        &self,
+        kernel: Kernel,
+        threads: Threads,
+        x: &[X],
+        weight: &[W],
+        bias: Option<&[f32]>,
+        samples: Range<usize>,
+        dst: &mut [O],
+        bufs: &mut Buffers,
+    ) {
+        let [cols, tmp, ..] = &mut bufs.0;
         let (k, l, oc) = (
             self.shape.patch(),
             self.shape.positions(),
             self.out_channels,
         );
-        let mut y = zeros::<O>(self.shape.batch * oc * l);
+        let count = samples.len();
         let w = MatRef::row_major(weight, oc, k).expect("a weight of out x patch values");
-        // Buffers for the largest chunk, reused by the others.
-        let most = self.chunk();
-        let mut cols = zeros::<F>(k * most * l);
-        let mut tmp = if most > 1 {
-            zeros::<O>(oc * most * l)
-        } else {
-            Vec::new()
+        let cols = self.columns(kernel.isa(), x, samples, grown::<F>(cols, k * count * l));
+        // One sample's product is its output ([out, positions]); several are [out,
+        // samples, positions], permuted into [samples, out, positions].
+        let product = |c: &mut [O]| {
+            gemm::gemm_on(threads, kernel, w, cols, bias, c).expect("shapes checked by the plan")
         };
-        for samples in self.chunks() {
-            let count = samples.len();
-            let cols = self.columns(isa, x, samples.clone(), &mut cols);
-            let dst = &mut y[samples.start * oc * l..samples.end * oc * l];
-            // One sample's product is its output ([out, positions]); several are [out,
-            // samples, positions], permuted into [samples, out, positions].
-            let product = |c: &mut [O]| {
-                match bias {
-                    Some(b) => gemm::gemm_row_bias(kernel, w, cols, b, c),
-                    None => gemm::gemm(kernel, w, cols, c),
-                }
-                .expect("shapes checked by the plan")
-            };
-            if count == 1 {
-                product(dst);
-            } else {
-                let tmp = &mut tmp[..oc * count * l];
-                product(tmp);
-                copy_strided(
-                    tmp,
-                    0,
-                    &[count, oc, l],
-                    &[l as isize, (count * l) as isize, 1],
-                    dst,
-                )
-                .expect("a permutation of the product");
-            }
+        if count == 1 {
+            product(dst);
+        } else {
+            let tmp = grown::<O>(tmp, oc * count * l);
+            product(tmp);
+            copy_strided(
+                tmp,
+                0,
+                &[count, oc, l],
+                &[l as isize, (count * l) as isize, 1],
+                dst,
+            )
+            .expect("a permutation of the product");
         }
-        y
     }
 
     /// The columns of the samples `samples` of `x`, in the front of `buf`.
@@ -239,7 +294,7 @@ impl ConvPlan {
         ]
     }
 
-    fn backward_typed<X: CpuFloat, W: CpuFloat, G: CpuFloat, F: CpuFloat>(
+    fn backward_typed<X: CpuFloat, W: CpuFloat, G: CpuFloat + Pod, F: CpuFloat + Pod>(
         &self,
         kernel: Kernel,
         x: &[X],
@@ -247,71 +302,50 @@ impl ConvPlan {
         dy: &[G],
         wants: [bool; 3],
     ) -> [Option<Vec<f32>>; 3] {
-        let isa = kernel.isa();
-        let (k, l, oc) = (
-            self.shape.patch(),
-            self.shape.positions(),
-            self.out_channels,
-        );
+        let (k, oc) = (self.shape.patch(), self.out_channels);
+        let split = self.split();
         let mut dx = wants[0].then(|| vec![0f32; x.len()]);
-        let mut dw = wants[1].then(|| vec![0f32; k * oc]);
-        let mut db = wants[2].then(|| vec![0f32; oc]);
-        let w = MatRef::row_major(weight, oc, k).expect("a weight of out x patch values");
-        let sample = self.shape.sample();
-        // Buffers for the largest chunk, reused by the others.
-        let most = self.chunk();
-        let mut g = zeros::<G>(oc * most * l);
-        let mut cols = if wants[1] {
-            zeros::<F>(k * most * l)
-        } else {
-            Vec::new()
+        // Each run's input gradient is its own slice of dx.
+        let parts: Vec<Option<&mut [f32]>> = match dx.as_mut() {
+            Some(dx) => split
+                .slices(dx, self.shape.sample())
+                .into_iter()
+                .map(Some)
+                .collect(),
+            None => split.runs.iter().map(|_| None).collect(),
         };
-        let mut dcols = if wants[0] {
-            zeros::<f32>(k * most * l)
-        } else {
-            Vec::new()
+        let run = |(samples, mut dx): (Range<usize>, Option<&mut [f32]>)| {
+            let mut sums = Sums::zeros(wants, k * oc, oc);
+            let mut bufs = Buffers::take();
+            for chunk in split.chunks(samples.clone()) {
+                let sample = self.shape.sample();
+                let at =
+                    (chunk.start - samples.start) * sample..(chunk.end - samples.start) * sample;
+                let dx = dx.as_deref_mut().map(|dx| &mut dx[at]);
+                let operands = (x, weight, dy);
+                self.backward_chunk::<X, W, G, F>(
+                    kernel,
+                    split.threads,
+                    operands,
+                    chunk,
+                    dx,
+                    &mut sums,
+                    &mut bufs,
+                );
+            }
+            bufs.give_back();
+            sums
         };
-        let mut part = vec![0f32; k * oc];
-        for samples in self.chunks() {
-            let count = samples.len();
-            // The chunk's output gradient as [out, samples * positions].
-            let g = &mut g[..oc * count * l];
-            copy_strided(
-                dy,
-                samples.start * oc * l,
-                &[oc, count, l],
-                &[l as isize, (oc * l) as isize, 1],
-                g,
-            )
-            .expect("the chunk of the output gradient");
-            let gm = MatRef::row_major(g, oc, count * l).expect("out x positions");
-            if let Some(dw) = dw.as_mut() {
-                // dw^T = cols g^T: both operands pack along their unit stride, and a panel
-                // of the output spans the output channels (a patch may be narrower).
-                let cols = &mut cols[..k * count * l];
-                conv::im2col(isa, &self.shape, x, samples.clone(), cols)
-                    .expect("checked by the plan");
-                let cm = MatRef::row_major(cols, k, count * l).expect("k x positions");
-                gemm::gemm(kernel, cm, gm.transpose(), &mut part).expect("k x out");
-                dw.iter_mut().zip(&part).for_each(|(a, p)| *a += p);
-            }
-            if let Some(dx) = dx.as_mut() {
-                let dcols = &mut dcols[..k * count * l];
-                gemm::gemm(kernel, w.transpose(), gm, dcols).expect("k x positions");
-                let dst = &mut dx[samples.start * sample..samples.end * sample];
-                dst.fill(0.0);
-                conv::col2im(&self.shape, dcols, samples.clone(), dst)
-                    .expect("checked by the plan");
-            }
-            if let Some(db) = db.as_mut() {
-                let mut row = vec![0f32; count * l];
-                for (o, sum) in db.iter_mut().enumerate() {
-                    cast::convert(isa, &g[o * count * l..(o + 1) * count * l], &mut row)
-                        .expect("equal lengths");
-                    *sum += row.iter().sum::<f32>();
-                }
-            }
-        }
+        let jobs: Vec<_> = split.runs.iter().cloned().zip(parts).collect();
+        // Summed in the runs' order, whichever thread ends first.
+        let runs: Vec<Sums> = match split.threads {
+            Threads::Caller => jobs.into_par_iter().map(run).collect(),
+            Threads::Pool => jobs.into_iter().map(run).collect(),
+        };
+        let Sums { dw, db } = runs
+            .into_iter()
+            .reduce(Sums::add)
+            .unwrap_or_else(|| Sums::zeros(wants, k * oc, oc));
         // dw was summed transposed: [patch, out] into [out, patch].
         let dw = dw.map(|t| {
             let mut out = vec![0f32; oc * k];
@@ -320,4 +354,165 @@ impl ConvPlan {
         });
         [dx, dw, db]
     }
+
+    /// The gradients of the samples `samples`: their input gradient into `dx`, their weight
+    /// and bias gradients added to `sums`.
+    #[allow(clippy::too_many_arguments)]
+    fn backward_chunk<X: CpuFloat, W: CpuFloat, G: CpuFloat + Pod, F: CpuFloat + Pod>(
+        &self,
+        kernel: Kernel,
+        threads: Threads,
+        (x, weight, dy): (&[X], &[W], &[G]),
+        samples: Range<usize>,
+        dx: Option<&mut [f32]>,
+        sums: &mut Sums,
+        bufs: &mut Buffers,
+    ) {
+        let [g_buf, cols_buf, dcols_buf, part_buf, row_buf] = &mut bufs.0;
+        let isa = kernel.isa();
+        let (k, l, oc) = (
+            self.shape.patch(),
+            self.shape.positions(),
+            self.out_channels,
+        );
+        let count = samples.len();
+        let w = MatRef::row_major(weight, oc, k).expect("a weight of out x patch values");
+        // The chunk's output gradient as [out, samples * positions]: one sample's is its
+        // slice of dy, several are permuted.
+        let dy = &dy[samples.start * oc * l..samples.end * oc * l];
+        let g: &[G] = if count == 1 {
+            dy
+        } else {
+            let g = grown::<G>(g_buf, oc * count * l);
+            copy_strided(
+                dy,
+                0,
+                &[oc, count, l],
+                &[l as isize, (oc * l) as isize, 1],
+                g,
+            )
+            .expect("the chunk of the output gradient");
+            g
+        };
+        let gm = MatRef::row_major(g, oc, count * l).expect("out x positions");
+        if let Some(dw) = sums.dw.as_mut() {
+            // dw^T = cols g^T: both operands pack along their unit stride, and a panel of
+            // the output spans the output channels (a patch may be narrower).
+            let cols = grown::<F>(cols_buf, k * count * l);
+            conv::im2col(isa, &self.shape, x, samples.clone(), cols).expect("checked by the plan");
+            let cm = MatRef::row_major(cols, k, count * l).expect("k x positions");
+            let part = grown::<f32>(part_buf, k * oc);
+            gemm::gemm_on::<_, _, f32, _>(threads, kernel, cm, gm.transpose(), None, part)
+                .expect("k x out");
+            dw.iter_mut().zip(part.iter()).for_each(|(a, p)| *a += p);
+        }
+        if let Some(dx) = dx {
+            let dcols = grown::<f32>(dcols_buf, k * count * l);
+            gemm::gemm_on::<_, _, f32, _>(threads, kernel, w.transpose(), gm, None, dcols)
+                .expect("k x positions");
+            // Zero already, but written before col2im reads it: a fresh page read first maps
+            // the shared zero page, and the write after it flushes every core's TLB.
+            dx.fill(0.0);
+            conv::col2im(&self.shape, dcols, samples, dx).expect("checked by the plan");
+        }
+        if let Some(db) = sums.db.as_mut() {
+            let row = grown::<f32>(row_buf, count * l);
+            for (o, sum) in db.iter_mut().enumerate() {
+                cast::convert(isa, &g[o * count * l..(o + 1) * count * l], row)
+                    .expect("equal lengths");
+                *sum += row.iter().sum::<f32>();
+            }
+        }
+    }
+}
+
+/// How a convolution's batch is split across threads (see `ConvPlan::split`).
+struct Split {
+    /// Each thread's samples, in order.
+    runs: Vec<Range<usize>>,
+    /// Samples a chunk of a run takes at most.
+    step: usize,
+    /// Who runs each product.
+    threads: Threads,
+}
+
+impl Split {
+    /// The chunks of the run `samples`.
+    fn chunks(&self, samples: Range<usize>) -> impl Iterator<Item = Range<usize>> {
+        let step = self.step;
+        samples
+            .clone()
+            .step_by(step)
+            .map(move |s| s..(s + step).min(samples.end))
+    }
+
+    /// `buf` (`per_sample` values a sample) cut into the runs' slices.
+    fn slices<'a, T>(&self, mut buf: &'a mut [T], per_sample: usize) -> Vec<&'a mut [T]> {
+        self.runs
+            .iter()
+            .map(|run| {
+                let (head, rest) = core::mem::take(&mut buf).split_at_mut(run.len() * per_sample);
+                buf = rest;
+                head
+            })
+            .collect()
+    }
+}
+
+/// A run's share of the weight gradient (transposed, `[patch, out]`) and of the bias
+/// gradient, summed over the chunks in f32.
+struct Sums {
+    dw: Option<Vec<f32>>,
+    db: Option<Vec<f32>>,
+}
+
+impl Sums {
+    fn zeros(wants: [bool; 3], weight: usize, out: usize) -> Sums {
+        Sums {
+            dw: wants[1].then(|| vec![0f32; weight]),
+            db: wants[2].then(|| vec![0f32; out]),
+        }
+    }
+
+    fn add(mut self, other: Sums) -> Sums {
+        let add = |a: &mut Option<Vec<f32>>, b: Option<Vec<f32>>| {
+            if let (Some(a), Some(b)) = (a.as_mut(), b) {
+                a.iter_mut().zip(b).for_each(|(a, b)| *a += b);
+            }
+        };
+        add(&mut self.dw, other.dw);
+        add(&mut self.db, other.db);
+        self
+    }
+}
+
+/// A thread's buffers for its chunks (columns, products, gradients), kept between calls:
+/// a training step then neither faults in fresh pages nor unmaps megabytes per
+/// convolution (an unmap interrupts every core to flush its TLB).
+#[derive(Default)]
+struct Buffers([Vec<u32>; 5]);
+
+thread_local! {
+    /// Why a thread-local: per-thread scratch reused by every convolution the thread runs
+    /// (as the GEMM's packing buffers are); it holds no state between calls.
+    static BUFFERS: Cell<Option<Buffers>> = const { Cell::new(None) };
+}
+
+impl Buffers {
+    fn take() -> Buffers {
+        BUFFERS.with(|b| b.take()).unwrap_or_default()
+    }
+
+    fn give_back(self) {
+        BUFFERS.with(|b| b.set(Some(self)));
+    }
+}
+
+/// The first `len` values of type `T` in `buf`, grown to hold them.
+fn grown<T: Pod>(buf: &mut Vec<u32>, len: usize) -> &mut [T] {
+    let words = (len * core::mem::size_of::<T>()).div_ceil(4);
+    if buf.len() < words {
+        buf.resize(words, 0);
+    }
+    &mut bytemuck::cast_slice_mut::<u32, T>(&mut buf[..words])[..len]
 }

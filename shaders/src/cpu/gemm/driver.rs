@@ -95,6 +95,15 @@ impl Bias<'_> {
     }
 }
 
+/// Which threads a product may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Threads {
+    /// Rayon's pool, for a product large enough to pay for it.
+    Pool,
+    /// The calling thread alone: its caller splits the work across threads itself.
+    Caller,
+}
+
 /// `c = a b + bias` (shapes checked by the caller).
 pub(super) fn run<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
     kernel: Kernel,
@@ -102,6 +111,7 @@ pub(super) fn run<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
     b: MatRef<'_, B>,
     bias: Option<Bias<'_>>,
     c: &mut [C],
+    threads: Threads,
 ) {
     let (m, n, k) = (a.rows(), b.cols(), a.cols());
     if m == 0 || n == 0 {
@@ -125,9 +135,12 @@ pub(super) fn run<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
         bias,
         blocking: Blocking::of(kernel),
     };
-    let threads = rayon::current_num_threads().max(1);
     let work = m.saturating_mul(n).saturating_mul(k);
-    let grid = grid::Grid::new(&problem, if work < PARALLEL_WORK { 1 } else { threads });
+    let threads = match threads {
+        Threads::Pool if work >= PARALLEL_WORK => rayon::current_num_threads().max(1),
+        _ => 1,
+    };
+    let grid = grid::Grid::new(&problem, threads);
     if grid.tasks() > 1 {
         grid.run(&problem, c);
         return;

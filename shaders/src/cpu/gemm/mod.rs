@@ -46,6 +46,7 @@ mod driver;
 mod kernel;
 mod pack;
 
+pub use driver::Threads;
 pub use kernel::Kernel;
 
 use super::cast::{CpuFloat, Format};
@@ -266,7 +267,14 @@ pub fn gemm_bias<A: CpuFloat, B: CpuFloat, D: CpuFloat, C: CpuFloat>(
     let bias = bias
         .map(|bias| rounded_bias(bias, b.cols, kernel.format()))
         .transpose()?;
-    driver::run(kernel, a, b, bias.as_deref().map(driver::Bias::Cols), c);
+    driver::run(
+        kernel,
+        a,
+        b,
+        bias.as_deref().map(driver::Bias::Cols),
+        c,
+        Threads::Pool,
+    );
     Ok(())
 }
 
@@ -285,7 +293,50 @@ pub fn gemm_row_bias<A: CpuFloat, B: CpuFloat, D: CpuFloat, C: CpuFloat>(
 ) -> Result<(), GemmError> {
     check(&a, &b, c.len())?;
     let bias = rounded_bias(bias, a.rows, kernel.format())?;
-    driver::run(kernel, a, b, Some(driver::Bias::Rows(&bias)), c);
+    driver::run(
+        kernel,
+        a,
+        b,
+        Some(driver::Bias::Rows(&bias)),
+        c,
+        Threads::Pool,
+    );
+    Ok(())
+}
+
+/// [`gemm`], or [`gemm_row_bias`] when `row_bias` is given, on the threads `threads` names:
+/// [`Threads::Caller`] is for a caller that splits its work across threads itself (a
+/// convolution does, over the batch, so that each thread's columns stay in its caches).
+///
+/// ```
+/// use burn_amp_kernels::cpu::gemm::{self, Kernel, MatRef, Threads};
+/// use burn_amp_kernels::cpu::{Isa, cast::Format};
+///
+/// let kernel = Kernel::select(Isa::detect(), Format::F32);
+/// let (a, b) = ([1f32, 2.0], [3f32, 4.0]);
+/// let mut c = [0f32; 1];
+/// let (a, b) = (MatRef::row_major(&a, 1, 2)?, MatRef::row_major(&b, 2, 1)?);
+/// gemm::gemm_on(Threads::Caller, kernel, a, b, Some(&[0.5f32]), &mut c)?;
+/// assert_eq!(c, [11.5]);
+/// # Ok::<(), gemm::GemmError>(())
+/// ```
+///
+/// # Errors
+/// As [`gemm_row_bias`].
+pub fn gemm_on<A: CpuFloat, B: CpuFloat, D: CpuFloat, C: CpuFloat>(
+    threads: Threads,
+    kernel: Kernel,
+    a: MatRef<'_, A>,
+    b: MatRef<'_, B>,
+    row_bias: Option<&[D]>,
+    c: &mut [C],
+) -> Result<(), GemmError> {
+    check(&a, &b, c.len())?;
+    let bias = row_bias
+        .map(|bias| rounded_bias(bias, a.rows, kernel.format()))
+        .transpose()?;
+    let bias = bias.as_deref().map(driver::Bias::Rows);
+    driver::run(kernel, a, b, bias, c, threads);
     Ok(())
 }
 
