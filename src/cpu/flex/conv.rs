@@ -488,7 +488,8 @@ impl Sums {
 
 /// A thread's buffers for its chunks (columns, products, gradients), kept between calls:
 /// a training step then neither faults in fresh pages nor unmaps megabytes per
-/// convolution (an unmap interrupts every core to flush its TLB).
+/// convolution (an unmap interrupts every core to flush its TLB). They hold what the
+/// largest chunk the thread has run needed.
 #[derive(Default)]
 struct Buffers([Vec<u32>; 5]);
 

@@ -291,17 +291,7 @@ pub fn gemm_row_bias<A: CpuFloat, B: CpuFloat, D: CpuFloat, C: CpuFloat>(
     bias: &[D],
     c: &mut [C],
 ) -> Result<(), GemmError> {
-    check(&a, &b, c.len())?;
-    let bias = rounded_bias(bias, a.rows, kernel.format())?;
-    driver::run(
-        kernel,
-        a,
-        b,
-        Some(driver::Bias::Rows(&bias)),
-        c,
-        Threads::Pool,
-    );
-    Ok(())
+    gemm_on(Threads::Pool, kernel, a, b, Some(bias), c)
 }
 
 /// [`gemm`], or [`gemm_row_bias`] when `row_bias` is given, on the threads `threads` names:
