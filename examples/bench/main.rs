@@ -79,24 +79,6 @@ fn main() {
         }
     });
     let runs = if quick { 1 } else { 7 };
-    if let Some(name) = profile {
-        let workload = match name.as_str() {
-            "encoder" => Workload::Encoder {
-                d_model: 256,
-                layers: 4,
-                seq: 128,
-                batch: 16,
-            },
-            "cnn" => Workload::Cnn { batch: 64 },
-            "mlp" => Workload::Mlp {
-                width: 4096,
-                batch: 128,
-            },
-            _ => usage(),
-        };
-        print!("{}", profile::one(workload, if quick { 1 } else { 20 }));
-        return;
-    }
     if scaling {
         let cores = threads.unwrap_or_else(rayon::current_num_threads);
         let counts = scaling::thread_counts(cores);
@@ -151,6 +133,16 @@ fn main() {
             },
         )
     };
+    if let Some(name) = profile {
+        let workload = match name.as_str() {
+            "encoder" => encoder,
+            "cnn" => Workload::Cnn { batch: 64 },
+            "mlp" => mlp,
+            _ => usage(),
+        };
+        print!("{}", profile::one(workload, if quick { 1 } else { 20 }));
+        return;
+    }
     let flex = "Flex (CPU)";
     let wgpu = "wgpu (lavapipe)";
     let mut rows = Vec::new();
