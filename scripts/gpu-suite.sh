@@ -2,7 +2,7 @@
 # burn-amp's GPU suite: build and pack it here, run it on a GPU machine.
 #
 #   scripts/gpu-suite.sh pack [--profile release|dev] [DIR]
-#       Builds examples/gpu_suite with --features cuda on this x86-64 Linux machine (no GPU
+#       Builds examples/gpu_suite (and bench, gpt) with --features cuda on this x86-64 Linux machine (no GPU
 #       and no CUDA toolkit needed: CUDA is loaded at run time), strips and compresses it into
 #       DIR (default target/gpu-suite) with this script and the PyTorch companion, and checks
 #       that the folder is at most 60 MiB and that the binary links only against system
@@ -11,7 +11,8 @@
 #   DIR/gpu-suite.sh cpu
 #       On the GPU machine's host CPU: the benchmark's scaling table (1, 2, 4, ... threads up
 #       to its cores) and its CPU rows with PyTorch's in the same run (python3 with torch),
-#       written into DIR/cpu-report.md.
+#       then the GPT example's tokens/s under float32, mixed_bfloat16 and FP8 (GPT_STEPS
+#       steps each, default 60), written into DIR/cpu-report.md.
 #
 #   DIR/gpu-suite.sh run [-- SUITE ARGS]
 #       On a Linux machine with an NVIDIA driver and a CUDA toolkit (no Rust, no network):
@@ -55,21 +56,23 @@ pack() {
     root="$(cd "$here/.." && pwd)"
     dir="${dir:-$root/target/gpu-suite}"
     local built="$root/target/$([ "$profile" = dev ] && echo debug || echo "$profile")/examples/gpu_suite"
-    echo "gpu-suite: building gpu_suite and bench (--profile $profile --features cuda,nccl)"
+    echo "gpu-suite: building gpu_suite, bench and gpt (--profile $profile --features cuda,nccl)"
     (cd "$root" && cargo build --profile "$profile" --features cuda,nccl --example gpu_suite \
-        --example bench)
+        --example bench --example gpt)
     mkdir -p "$dir"
-    rm -f "$dir/gpu_suite" "$dir/gpu_suite.xz" "$dir/bench" "$dir/bench.xz"
+    rm -f "$dir"/{gpu_suite,bench,gpt}{,.xz}
     cp "$built" "$dir/gpu_suite"
     cp "$(dirname "$built")/bench" "$dir/bench"
-    strip "$dir/gpu_suite" "$dir/bench"
+    cp "$(dirname "$built")/gpt" "$dir/gpt"
+    strip "$dir/gpu_suite" "$dir/bench" "$dir/gpt"
     local stripped
     stripped=$(stat -c %s "$dir/gpu_suite")
     local needed
-    needed=$(readelf -d "$dir/gpu_suite" "$dir/bench" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort -u)
-    xz -6 -T0 -f "$dir/gpu_suite" "$dir/bench"
+    needed=$(readelf -d "$dir/gpu_suite" "$dir/bench" "$dir/gpt" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | sort -u)
+    xz -6 -T0 -f "$dir/gpu_suite" "$dir/bench" "$dir/gpt"
     cp "$here/gpu-suite.sh" "$dir/gpu-suite.sh"
     cp "$root/benches/pytorch_mlp.py" "$dir/pytorch_mlp.py"
+    cp "$root/examples/data/tinyshakespeare/input.txt" "$dir/tinyshakespeare.txt"
     local bad=""
     for lib in $needed; do
         case " $system_libs " in
@@ -185,7 +188,27 @@ cpu() {
     lscpu | grep -E "Model name|^CPU\(s\)|Flags" | sed 's/^/gpu-suite: /' | cut -c1-300
     (cd "$work" && ./bench --scaling --out "$dir/cpu-report.md" &&
         ./bench --only cpu --out "$dir/cpu-report.md")
+    gpt_cpu "$work"
     echo "gpu-suite: CPU report in $dir/cpu-report.md"
+}
+
+# The GPT example's default preset on the CPU under float32, mixed_bfloat16 and FP8
+# (GPT_STEPS steps each, default 60), its summary lines appended to the CPU report.
+gpt_cpu() {
+    local dir="$here" work="$1" policy
+    [ -f "$dir/gpt.xz" ] || return 0
+    xz -dc "$dir/gpt.xz" >"$work/gpt"
+    chmod +x "$work/gpt"
+    {
+        echo
+        echo "## GPT example, default preset, ${GPT_STEPS:-60} steps a policy ($(nproc) threads)"
+        echo
+        for policy in float32 mixed_bfloat16 float8_from_mixed_bfloat16; do
+            "$work/gpt" --policy "$policy" --steps "${GPT_STEPS:-60}" --eval-every 100000 \
+                --sample-len 0 --data "$dir/tinyshakespeare.txt" 2>&1 | grep "final validation" |
+                sed 's/^/- /'
+        done
+    } | tee -a "$dir/cpu-report.md"
 }
 
 record() {

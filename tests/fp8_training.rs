@@ -16,7 +16,8 @@ use burn::prelude::Module;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{FloatDType, Int, Tensor, TensorData};
 use burn_amp::fp8::{
-    Fp8Cast, Fp8Format, Fp8Numerics, Fp8Recipe, Fp8Role, Fp8Scaling, Fp8Tensor, Overflow,
+    Fp8Backend, Fp8Cast, Fp8Format, Fp8Numerics, Fp8Recipe, Fp8Role, Fp8Scaling, Fp8Tensor,
+    Overflow,
 };
 use burn_amp::{MixedPrecision, Policy, PolicyError, with_policy};
 use common::{Lcg, det, det_linear, values};
@@ -647,6 +648,96 @@ fn fake_quantize_matches_the_round_trip_on_flex() {
     fake_quantize_matches_the_round_trip::<Flex>(FloatDType::F32);
     fake_quantize_matches_the_round_trip::<Flex>(FloatDType::BF16);
     fake_quantize_matches_the_round_trip::<Flex>(FloatDType::F16);
+}
+
+/// Flex's CPU kernels (amaxes, fake quantization, codes and their decoding) give the
+/// reference's bytes (`burn_amp_kernels::fp8::reference`, what the portable path runs) on f32
+/// data with zeros, subnormals, infinities and a NaN, for every recipe, both formats and
+/// every overflow rule.
+#[test]
+fn flex_fp8_kernels_give_the_reference_bytes() {
+    use burn_amp_kernels::fp8::reference::{decode_scaled, quantize_blocks};
+    use burn_amp_kernels::fp8::scale::amax_bits;
+
+    let device = Default::default();
+    let mut data = Lcg::new(5).vec(256 * 200, 300.0);
+    data[3] = 0.0;
+    data[7] = -1e-40;
+    data[300] = f32::INFINITY;
+    data[40_000] = f32::NEG_INFINITY;
+    data[50_000] = f32::NAN;
+    let flex = || {
+        Tensor::<Flex, 1>::from_data(TensorData::new(data.clone(), [200 * 256]), &device)
+            .into_primitive()
+            .tensor()
+    };
+    let bits = |t| {
+        Tensor::<Flex, 1>::from_primitive(burn::tensor::TensorPrimitive::Float(t))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(f32::to_bits)
+            .collect::<Vec<_>>()
+    };
+    for recipe in [
+        Fp8Recipe::per_tensor(),
+        Fp8Recipe::blocks_1x128(),
+        Fp8Recipe::blocks_128x128(),
+    ] {
+        let layout = recipe
+            .layout(&burn::tensor::Shape::new([200, 256]))
+            .unwrap();
+        let rule = recipe.rule().unwrap();
+        let mut amax = vec![0u32; layout.num_blocks() as usize];
+        for (i, v) in data.iter().enumerate() {
+            let a = &mut amax[layout.block_of(i as u32) as usize];
+            *a = (*a).max(amax_bits(&[*v]));
+        }
+        assert_eq!(bits(Flex::fp8_amax(flex(), layout)), amax, "{recipe:?}");
+        for format in [Fp8Format::E4M3, Fp8Format::E5M2] {
+            for overflow in [
+                Overflow::Saturate,
+                Overflow::SaturateFinite,
+                Overflow::NonSaturating,
+            ] {
+                let cast = Fp8Cast::new(format).with_overflow(overflow);
+                let (codes, scales) = quantize_blocks(&data, layout, cast, Some(rule));
+                let want: Vec<u32> = codes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        let s = scales[layout.block_of(i as u32) as usize];
+                        decode_scaled(*c, format, s.scale_inv).to_bits()
+                    })
+                    .collect();
+                assert_eq!(
+                    bits(Flex::fp8_fake_quantize(flex(), layout, cast, rule)),
+                    want,
+                    "{recipe:?} {cast:?}"
+                );
+                let q = Fp8Tensor::quantize(
+                    Tensor::<Flex, 2>::from_data(
+                        TensorData::new(data.clone(), [200, 256]),
+                        &device,
+                    ),
+                    cast,
+                    recipe,
+                )
+                .unwrap();
+                assert_eq!(
+                    bits(
+                        q.dequantize()
+                            .reshape([200 * 256])
+                            .into_primitive()
+                            .tensor()
+                    ),
+                    want,
+                    "quantize + dequantize, {recipe:?} {cast:?}"
+                );
+            }
+        }
+    }
 }
 
 #[test]

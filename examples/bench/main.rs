@@ -7,6 +7,7 @@
 //! cargo run --release --example bench -- --threads 4   # on a pool of 4 threads
 //! cargo run --release --example bench -- --scaling     # 1, 2, 4, ... threads: the scaling table
 //! cargo run --release --example bench -- --profile cnn # one model's mixed_bfloat16 op table (encoder, cnn, mlp)
+//! cargo run --release --example bench -- --profile encoder --policy float8_from_mixed_bfloat16
 //! ```
 
 mod alloc;
@@ -38,13 +39,13 @@ fn progress(msg: &str) {
 
 fn main() {
     let (mut quick, mut out, mut only) = (false, None, None);
-    let (mut threads, mut scaling, mut profile) = (None, false, None);
+    let (mut threads, mut scaling, mut profile, mut policy) = (None, false, None, None);
     let mut python = "python3".to_string();
     let mut args = std::env::args().skip(1);
     let usage = || -> ! {
         eprintln!(
             "usage: bench [--quick] [--out FILE] [--only cpu|wgpu|cuda] [--python PATH] \
-             [--threads N] [--scaling] [--profile encoder|cnn|mlp]"
+             [--threads N] [--scaling] [--profile encoder|cnn|mlp [--policy SPEC]]"
         );
         std::process::exit(2);
     };
@@ -60,6 +61,7 @@ fn main() {
             },
             ("--scaling", _) => scaling = true,
             ("--profile", _) => profile = args.next(),
+            ("--policy", _) => policy = args.next(),
             _ => usage(),
         }
     }
@@ -140,7 +142,14 @@ fn main() {
             "mlp" => mlp,
             _ => usage(),
         };
-        print!("{}", profile::one(workload, if quick { 1 } else { 20 }));
+        if let Some(spec) = &policy
+            && let Err(e) = spec.parse::<burn_amp::Policy>()
+        {
+            eprintln!("bench: --policy {spec}: {e}");
+            std::process::exit(2);
+        }
+        let runs = if quick { 1 } else { 20 };
+        print!("{}", profile::one(workload, runs, policy.as_deref()));
         return;
     }
     let flex = "Flex (CPU)";

@@ -25,10 +25,14 @@ const CONFIGS: [(&str, &str); 3] = [
     ("mixed_bfloat16", "mixed_bfloat16"),
 ];
 
-/// One workload's `mixed_bfloat16` profile over `runs` steps (`bench --profile NAME`: the
-/// op table alone, and a loop to sample with `perf record`).
-pub fn one(workload: Workload, runs: usize) -> String {
-    section_of(&[workload], runs, &CONFIGS[2..])
+/// One workload's profile over `runs` steps under `policy` (default `mixed_bfloat16`;
+/// `bench --profile NAME [--policy SPEC]`: the op table alone, and a loop to sample with
+/// `perf record`).
+pub fn one(workload: Workload, runs: usize, policy: Option<&str>) -> String {
+    match policy {
+        Some(spec) => section_of(&[workload], runs, &[(spec, spec)]),
+        None => section_of(&[workload], runs, &CONFIGS[2..]),
+    }
 }
 
 fn section_of(workloads: &[Workload], runs: usize, configs: &[(&str, &str)]) -> String {

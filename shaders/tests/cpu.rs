@@ -3,7 +3,8 @@
 //! unscale and finite-count kernels of every instruction set the CPU runs against the
 //! portable ones, bit for bit; the `nn` kernels (softmax, layer norm, GELU, arithmetic,
 //! dropout masks, strided copies) against f64 references and across instruction sets
-//! (`cpu/nn.rs`); a convolution's columns against a direct convolution (`cpu/conv.rs`).
+//! (`cpu/nn.rs`); a convolution's columns against a direct convolution (`cpu/conv.rs`); FP8 fake
+//! quantization against the FP8 reference, byte for byte (`cpu/fp8.rs`).
 
 use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::cast::{self, CastError, CpuFloat, Format};
@@ -12,6 +13,8 @@ use half::{bf16, f16};
 
 #[path = "cpu/conv.rs"]
 mod conv;
+#[path = "cpu/fp8.rs"]
+mod fp8;
 #[path = "cpu/nn.rs"]
 mod nn;
 

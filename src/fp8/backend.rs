@@ -34,13 +34,7 @@ pub trait Fp8Backend: Backend {
     /// The amax of each block (f32, `[layout.num_blocks()]`). A block holding a NaN has a NaN
     /// amax.
     fn fp8_amax(tensor: FloatTensor<Self>, layout: BlockLayout) -> FloatTensor<Self> {
-        let device = Self::float_device(&tensor);
-        let values = portable_f32::<Self>(tensor);
-        let amax = block_amax_bits(&values, layout)
-            .into_iter()
-            .map(f32::from_bits)
-            .collect();
-        float_vec::<Self>(amax, &device)
+        portable_amax::<Self>(tensor, layout)
     }
 
     /// `(scales, scale_invs)` per block from per-block amaxes, by `rule`.
@@ -68,17 +62,7 @@ pub trait Fp8Backend: Backend {
         layout: BlockLayout,
         cast: Fp8Cast,
     ) -> IntTensor<Self> {
-        let device = Self::float_device(&tensor);
-        let values = portable_f32::<Self>(tensor);
-        let scales = portable_f32::<Self>(scales);
-        let mut words = vec![0u32; layout.len.div_ceil(4) as usize];
-        for (i, x) in values.iter().enumerate() {
-            let scale = scales[layout.block_of(i as u32) as usize];
-            let code = reference::encode_scaled(*x, scale, cast, i as u32);
-            words[i / 4] |= u32::from(code) << (8 * (i % 4));
-        }
-        let len = words.len();
-        Self::int_from_data(TensorData::new(words, [len]), &device)
+        portable_quantize::<Self>(tensor, scales, layout, cast)
     }
 
     /// Decodes packed `codes` and multiplies each value by its block's `scale_invs` entry;
@@ -90,22 +74,7 @@ pub trait Fp8Backend: Backend {
         format: Fp8Format,
         dtype: FloatDType,
     ) -> FloatTensor<Self> {
-        let device = Self::int_device(&codes);
-        let words = portable_u32::<Self>(codes);
-        let scale_invs = portable_f32::<Self>(scale_invs);
-        let values: Vec<f32> = (0..layout.len as usize)
-            .map(|i| {
-                let code = (words[i / 4] >> (8 * (i % 4))) as u8;
-                let scale_inv = scale_invs[layout.block_of(i as u32) as usize];
-                reference::decode_scaled(code, format, scale_inv)
-            })
-            .collect();
-        let out = float_vec::<Self>(values, &device);
-        if dtype == FloatDType::F32 {
-            out
-        } else {
-            Self::float_cast(out, dtype)
-        }
+        portable_dequantize::<Self>(codes, scale_invs, layout, format, dtype)
     }
 
     /// The values of a flat `tensor` rounded to FP8 and back, in its own dtype: scales from
@@ -120,38 +89,108 @@ pub trait Fp8Backend: Backend {
         cast: Fp8Cast,
         rule: ScaleRule,
     ) -> FloatTensor<Self> {
-        let device = Self::float_device(&tensor);
-        let dtype = FloatDType::from(tensor.dtype());
-        let values = portable_f32::<Self>(tensor);
-        let scales: Vec<_> = block_amax_bits(&values, layout)
-            .into_iter()
-            .map(|a| block_scale(a, cast.format, rule))
-            .collect();
-        let decoded: Vec<f32> = (0..=255u8)
-            .map(|c| reference::decode(c, cast.format))
-            .collect();
-        let round_trip = |i: usize, x: f32| {
-            let s = scales[layout.block_of(i as u32) as usize];
-            let code = reference::encode_scaled(x, s.scale, cast, i as u32);
-            reference::scaled(decoded[code as usize], s.scale_inv)
-        };
-        let data = match dtype {
-            FloatDType::F16 => TensorData::new(
-                parallel_map(&values, |i, x| half::f16::from_f32(round_trip(i, x))),
-                [values.len()],
-            ),
-            FloatDType::BF16 => TensorData::new(
-                parallel_map(&values, |i, x| half::bf16::from_f32(round_trip(i, x))),
-                [values.len()],
-            ),
-            _ => TensorData::new(parallel_map(&values, round_trip), [values.len()]),
-        };
-        let out = Self::float_from_data(data, &device);
-        if FloatDType::from(out.dtype()) == dtype {
-            out
-        } else {
-            Self::float_cast(out, dtype)
-        }
+        portable_fake_quantize::<Self>(tensor, layout, cast, rule)
+    }
+}
+
+/// [`Fp8Backend::fp8_amax`]'s portable path: the host copy's amaxes.
+pub(crate) fn portable_amax<B: Fp8Backend>(
+    tensor: FloatTensor<B>,
+    layout: BlockLayout,
+) -> FloatTensor<B> {
+    let device = B::float_device(&tensor);
+    let values = portable_f32::<B>(tensor);
+    let amax = block_amax_bits(&values, layout)
+        .into_iter()
+        .map(f32::from_bits)
+        .collect();
+    float_vec::<B>(amax, &device)
+}
+
+/// [`Fp8Backend::fp8_quantize`]'s portable path: the host copy encoded a value at a time.
+pub(crate) fn portable_quantize<B: Fp8Backend>(
+    tensor: FloatTensor<B>,
+    scales: FloatTensor<B>,
+    layout: BlockLayout,
+    cast: Fp8Cast,
+) -> IntTensor<B> {
+    let device = B::float_device(&tensor);
+    let values = portable_f32::<B>(tensor);
+    let scales = portable_f32::<B>(scales);
+    let mut words = vec![0u32; layout.len.div_ceil(4) as usize];
+    for (i, x) in values.iter().enumerate() {
+        let scale = scales[layout.block_of(i as u32) as usize];
+        let code = reference::encode_scaled(*x, scale, cast, i as u32);
+        words[i / 4] |= u32::from(code) << (8 * (i % 4));
+    }
+    let len = words.len();
+    B::int_from_data(TensorData::new(words, [len]), &device)
+}
+
+/// [`Fp8Backend::fp8_dequantize`]'s portable path: the host copy decoded a value at a time.
+pub(crate) fn portable_dequantize<B: Fp8Backend>(
+    codes: IntTensor<B>,
+    scale_invs: FloatTensor<B>,
+    layout: BlockLayout,
+    format: Fp8Format,
+    dtype: FloatDType,
+) -> FloatTensor<B> {
+    let device = B::int_device(&codes);
+    let words = portable_u32::<B>(codes);
+    let scale_invs = portable_f32::<B>(scale_invs);
+    let values: Vec<f32> = (0..layout.len as usize)
+        .map(|i| {
+            let code = (words[i / 4] >> (8 * (i % 4))) as u8;
+            let scale_inv = scale_invs[layout.block_of(i as u32) as usize];
+            reference::decode_scaled(code, format, scale_inv)
+        })
+        .collect();
+    let out = float_vec::<B>(values, &device);
+    if dtype == FloatDType::F32 {
+        out
+    } else {
+        B::float_cast(out, dtype)
+    }
+}
+
+/// [`Fp8Backend::fp8_fake_quantize`]'s portable path: one pass over the host copy.
+pub(crate) fn portable_fake_quantize<B: Fp8Backend>(
+    tensor: FloatTensor<B>,
+    layout: BlockLayout,
+    cast: Fp8Cast,
+    rule: ScaleRule,
+) -> FloatTensor<B> {
+    let device = B::float_device(&tensor);
+    let dtype = FloatDType::from(tensor.dtype());
+    let values = portable_f32::<B>(tensor);
+    let scales: Vec<_> = block_amax_bits(&values, layout)
+        .into_iter()
+        .map(|a| block_scale(a, cast.format, rule))
+        .collect();
+    let decoded: Vec<f32> = (0..=255u8)
+        .map(|c| reference::decode(c, cast.format))
+        .collect();
+    let round_trip = |i: usize, x: f32| {
+        let s = scales[layout.block_of(i as u32) as usize];
+        let code = reference::encode_scaled(x, s.scale, cast, i as u32);
+        reference::scaled(decoded[code as usize], s.scale_inv)
+    };
+    let data = match dtype {
+        FloatDType::F16 => TensorData::new(
+            parallel_map(&values, |i, x| half::f16::from_f32(round_trip(i, x))),
+            [values.len()],
+        ),
+        FloatDType::BF16 => TensorData::new(
+            parallel_map(&values, |i, x| half::bf16::from_f32(round_trip(i, x))),
+            [values.len()],
+        ),
+        _ => TensorData::new(parallel_map(&values, round_trip), [values.len()]),
+    };
+    let out = B::float_from_data(data, &device);
+    if FloatDType::from(out.dtype()) == dtype {
+        out
+    } else {
+        B::float_cast(out, dtype)
     }
 }
 

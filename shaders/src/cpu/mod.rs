@@ -8,6 +8,8 @@
 //!   compute format while packing and accumulates in f32 (`vdpbf16ps` where the CPU has
 //!   AVX-512 BF16);
 //! - [`conv`]: a convolution's columns and their adjoint, so that it runs on the GEMM;
+//! - [`fp8`]: FP8 rounding and back (fake quantization) and per-block amaxes, byte for
+//!   byte the FP8 reference;
 //! - [`layout`]: strided views copied into row-major order;
 //! - [`nn`]: softmax, layer norm, GELU, elementwise arithmetic and dropout masks, each with
 //!   its backward pass, reading and writing any of the three formats and computing in f32;
@@ -18,6 +20,7 @@
 pub mod caches;
 pub mod cast;
 pub mod conv;
+pub mod fp8;
 pub mod gemm;
 pub mod isa;
 pub mod layout;

@@ -1,6 +1,6 @@
 //! The CPU kernel family on Burn's Flex backend: the kernels of `burn_amp_kernels::cpu` on
 //! Flex tensors (`tensor`: views of their buffers): casts, the mixed-precision GEMM for
-//! matmuls and linears (`matmul`) and convolutions (`conv`), the ops around them (`nn`),
+//! matmuls and linears (`matmul`) and convolutions (`conv`), the ops around them (`nn`), FP8 fake quantization (`fp8`),
 //! copies of views (`layout`), as plain ops of `Flex` and as differentiable ops of
 //! `Autodiff<Flex>` (`autodiff`). The decorator reaches them through the table of
 //! `crate::cpu`.
@@ -8,6 +8,7 @@
 mod autodiff;
 mod cast;
 mod conv;
+pub(crate) mod fp8;
 mod layout;
 mod matmul;
 mod nn;

@@ -1,0 +1,451 @@
+//! FP8 on the CPU: each block's amax, values rounded to FP8 and back ("fake quantization",
+//! what FP8 training feeds its products), and FP8 codes to and from values, over f32, bf16
+//! or f16 slices,
+//! vectorised and split over rayon's threads. Byte for byte the reference
+//! ([`crate::fp8::reference`]): the same scales, the same codes, the same decoded values.
+//!
+//! Round to nearest even is done on the f32 bits without leaving the vector registers: a
+//! value in FP8's normal range keeps its top `m` mantissa bits (an integer round), one in
+//! FP8's subnormal range is rounded to the subnormal step by adding and subtracting
+//! `2^(emin - m + 23)` (one f32 rounding, which is to nearest even), overflows, infinities and
+//! NaN are selected afterwards as the cast's overflow rule says. Stochastic rounding, and a
+//! block whose scale is NaN, take the reference one value at a time.
+//!
+//! ```
+//! use burn_amp_kernels::cpu::{Isa, fp8};
+//! use burn_amp_kernels::fp8::launch::BlockLayout;
+//! use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format, ScaleRule};
+//! use half::bf16;
+//!
+//! let x = [0.1f32, -2.0, 7.0, 300.0].map(bf16::from_f32);
+//! let mut y = [bf16::ZERO; 4];
+//! let layout = BlockLayout::per_tensor(4);
+//! let cast = Fp8Cast::new(Fp8Format::E4M3);
+//! let scales = fp8::fake_quantize(Isa::detect(), &x, &mut y, layout, cast, ScaleRule::Float { margin: 0 })?;
+//! assert_eq!(scales[0].scale, 448.0 / 300.0); // the block's amax lands on E4M3's largest value
+//! assert_eq!(y[3].to_f32(), 300.0);
+//! // -2 * 448/300 = -2.99 rounds to -3.0 in E4M3; times 300/448 that is -2.009, -2.015625 in bf16
+//! assert_eq!(y[1].to_f32(), -2.015625);
+//! # Ok::<(), burn_amp_kernels::LaunchError>(())
+//! ```
+
+use rayon::prelude::*;
+
+use super::Isa;
+use super::cast::{self, CpuFloat};
+use super::multiversion::multiversion;
+use crate::LaunchError;
+use crate::fp8::launch::BlockLayout;
+use crate::fp8::reference;
+use crate::fp8::scale::{BlockScale, ScaleRule, block_scale, flush};
+use crate::fp8::{Fp8Cast, Fp8Format, Rounding};
+
+/// Values a task works on.
+const CHUNK: usize = 1 << 14;
+
+/// Values converted to f32 at a time, on the stack.
+const BLOCK: usize = 512;
+
+const SIGN: u32 = 0x8000_0000;
+const INF: u32 = 0x7f80_0000;
+/// What the reference decodes every NaN code to (before the sign).
+const NAN: u32 = 0x7fc0_0000;
+
+/// The amax of each block of `layout` over `values`, as the bits of `|x|` in f32 (a NaN wins
+/// over every number, an infinity over every finite one), as
+/// [`amax_bits`](crate::fp8::scale::amax_bits) gives for one block.
+///
+/// # Errors
+/// [`LaunchError::Layout`] when the layout does not hold together or does not have
+/// `values.len()` elements.
+pub fn block_amax<T: CpuFloat>(
+    isa: Isa,
+    values: &[T],
+    layout: BlockLayout,
+) -> Result<Vec<u32>, LaunchError> {
+    check_layout(values.len(), layout)?;
+    let blocks = layout.num_blocks() as usize;
+    let partial: Vec<(usize, Vec<u32>)> = values
+        .par_chunks(CHUNK)
+        .enumerate()
+        .map(|(c, chunk)| {
+            let start = c * CHUNK;
+            let (first, last) = block_range(layout, start, start + chunk.len());
+            let mut amax = vec![0u32; last - first];
+            let mut buf = [0f32; BLOCK];
+            for_each_run(layout, start, start + chunk.len(), |run, block| {
+                let mut best = 0;
+                for piece in chunk[run.start - start..run.end - start].chunks(BLOCK) {
+                    let buf = &mut buf[..piece.len()];
+                    cast::convert_block(isa, piece, buf);
+                    best = best.max(abs_max(isa, buf));
+                }
+                let slot = &mut amax[block - first];
+                *slot = (*slot).max(best);
+            });
+            (first, amax)
+        })
+        .collect();
+    let mut amax = vec![0u32; blocks];
+    for (first, part) in partial {
+        for (slot, v) in amax[first..].iter_mut().zip(part) {
+            *slot = (*slot).max(v);
+        }
+    }
+    Ok(amax)
+}
+
+/// `values` rounded to FP8 and back into `out`: each block's scales from its amax by `rule`,
+/// then every value scaled, encoded with `cast` and decoded times the block's inverse
+/// scale, as the reference does; returns the blocks' scales.
+///
+/// # Errors
+/// [`LaunchError::Layout`] as [`block_amax`]; [`LaunchError::TooShort`] when `out` is not as
+/// long as `values`.
+pub fn fake_quantize<T: CpuFloat>(
+    isa: Isa,
+    values: &[T],
+    out: &mut [T],
+    layout: BlockLayout,
+    cast: Fp8Cast,
+    rule: ScaleRule,
+) -> Result<Vec<BlockScale>, LaunchError> {
+    check_out::<T>(values.len(), out.len())?;
+    let scales: Vec<BlockScale> = block_amax(isa, values, layout)?
+        .into_iter()
+        .map(|a| block_scale(a, cast.format, rule))
+        .collect();
+    fake_quantize_scaled(isa, values, out, layout, cast, &scales)?;
+    Ok(scales)
+}
+
+/// [`fake_quantize`] with the blocks' scales given (delayed scaling's, say): one per block of
+/// `layout`.
+///
+/// # Errors
+/// [`LaunchError::Layout`] as [`block_amax`]; [`LaunchError::TooShort`] when `out` is not as
+/// long as `values` or `scales` has fewer entries than the layout has blocks.
+pub fn fake_quantize_scaled<T: CpuFloat>(
+    isa: Isa,
+    values: &[T],
+    out: &mut [T],
+    layout: BlockLayout,
+    cast: Fp8Cast,
+    scales: &[BlockScale],
+) -> Result<(), LaunchError> {
+    check_layout(values.len(), layout)?;
+    check_out::<T>(values.len(), out.len())?;
+    check_scales::<BlockScale>(layout, scales.len())?;
+    let grid = Grid::of(cast);
+    values
+        .par_chunks(CHUNK)
+        .zip(out.par_chunks_mut(CHUNK))
+        .enumerate()
+        .for_each(|(c, (chunk, out))| {
+            let start = c * CHUNK;
+            let mut buf = [0f32; BLOCK];
+            for_each_run(layout, start, start + chunk.len(), |run, block| {
+                let s = scales[block];
+                let (x, o) = (
+                    &chunk[run.start - start..run.end - start],
+                    &mut out[run.start - start..run.end - start],
+                );
+                let exact = cast.rounding == Rounding::NearestEven
+                    && !s.scale.is_nan()
+                    && !s.scale_inv.is_nan();
+                if !exact {
+                    for (i, (x, o)) in x.iter().zip(o).enumerate() {
+                        let index = (run.start + i) as u32;
+                        let code = reference::encode_scaled(x.to_f32(), s.scale, cast, index);
+                        *o = T::from_f32(reference::decode_scaled(code, cast.format, s.scale_inv));
+                    }
+                    return;
+                }
+                for (x, o) in x.chunks(BLOCK).zip(o.chunks_mut(BLOCK)) {
+                    let buf = &mut buf[..x.len()];
+                    cast::convert_block(isa, x, buf);
+                    round_trip(isa, buf, &grid, s.scale, s.scale_inv);
+                    cast::convert_block(isa, &*buf, o);
+                }
+            });
+        });
+    Ok(())
+}
+
+/// `values` scaled by their block's entry of `scales` and encoded with `cast`, one code a
+/// byte, as [`reference::encode_scaled`] (the codes FP8 tensors store).
+///
+/// # Errors
+/// [`LaunchError::Layout`] as [`block_amax`]; [`LaunchError::TooShort`] when `codes` is not
+/// as long as `values` or `scales` has fewer entries than the layout has blocks.
+pub fn quantize<T: CpuFloat>(
+    isa: Isa,
+    values: &[T],
+    codes: &mut [u8],
+    layout: BlockLayout,
+    cast: Fp8Cast,
+    scales: &[f32],
+) -> Result<(), LaunchError> {
+    check_layout(values.len(), layout)?;
+    check_out::<u8>(values.len(), codes.len())?;
+    check_scales::<f32>(layout, scales.len())?;
+    let grid = Grid::of(cast);
+    values
+        .par_chunks(CHUNK)
+        .zip(codes.par_chunks_mut(CHUNK))
+        .enumerate()
+        .for_each(|(c, (chunk, codes))| {
+            let start = c * CHUNK;
+            let mut buf = [0f32; BLOCK];
+            for_each_run(layout, start, start + chunk.len(), |run, block| {
+                let scale = scales[block];
+                let (x, o) = (
+                    &chunk[run.start - start..run.end - start],
+                    &mut codes[run.start - start..run.end - start],
+                );
+                if cast.rounding != Rounding::NearestEven || scale.is_nan() {
+                    for (i, (x, o)) in x.iter().zip(o).enumerate() {
+                        *o = reference::encode_scaled(
+                            x.to_f32(),
+                            scale,
+                            cast,
+                            (run.start + i) as u32,
+                        );
+                    }
+                    return;
+                }
+                for (x, o) in x.chunks(BLOCK).zip(o.chunks_mut(BLOCK)) {
+                    let buf = &mut buf[..x.len()];
+                    cast::convert_block(isa, x, buf);
+                    encode(isa, buf, o, &grid, scale);
+                }
+            });
+        });
+    Ok(())
+}
+
+/// `codes` decoded in `format` and multiplied by their block's entry of `scale_invs` into
+/// `out`, as [`reference::decode_scaled`], then rounded to `T`.
+///
+/// # Errors
+/// [`LaunchError::Layout`] as [`block_amax`]; [`LaunchError::TooShort`] when `out` is not
+/// as long as `codes` or `scale_invs` has fewer entries than the layout has blocks.
+pub fn dequantize<T: CpuFloat>(
+    isa: Isa,
+    codes: &[u8],
+    out: &mut [T],
+    layout: BlockLayout,
+    format: Fp8Format,
+    scale_invs: &[f32],
+) -> Result<(), LaunchError> {
+    check_layout(codes.len(), layout)?;
+    check_out::<T>(codes.len(), out.len())?;
+    check_scales::<f32>(layout, scale_invs.len())?;
+    let table: Vec<f32> = (0..=255u8).map(|c| reference::decode(c, format)).collect();
+    codes
+        .par_chunks(CHUNK)
+        .zip(out.par_chunks_mut(CHUNK))
+        .enumerate()
+        .for_each(|(c, (chunk, out))| {
+            let start = c * CHUNK;
+            let mut buf = [0f32; BLOCK];
+            for_each_run(layout, start, start + chunk.len(), |run, block| {
+                let inv = scale_invs[block];
+                let (x, o) = (
+                    &chunk[run.start - start..run.end - start],
+                    &mut out[run.start - start..run.end - start],
+                );
+                for (x, o) in x.chunks(BLOCK).zip(o.chunks_mut(BLOCK)) {
+                    let buf = &mut buf[..x.len()];
+                    for (code, v) in x.iter().zip(buf.iter_mut()) {
+                        *v = reference::scaled(table[usize::from(*code)], inv);
+                    }
+                    cast::convert_block(isa, &*buf, o);
+                }
+            });
+        });
+    Ok(())
+}
+
+/// What one FP8 format and overflow rule make of an f32's bits (all as `|x|` bits).
+#[derive(Clone, Copy, Debug)]
+struct Grid {
+    /// Mantissa bits dropped: `23 - m`.
+    shift: u32,
+    /// The smallest normal FP8 value: below it, the subnormal step.
+    normal: u32,
+    /// `2^(emin - m + 23)`: adding and subtracting it rounds to the subnormal step.
+    magic: f32,
+    /// The largest finite value.
+    max: u32,
+    /// What a finite value past `max` decodes to.
+    overflow: u32,
+    /// What an infinity decodes to.
+    infinity: u32,
+    /// `(127 - bias) << m`: a normal value's bits shifted right by `shift`, less this, are
+    /// its code.
+    offset: u32,
+    /// `2^(m - emin)`: a subnormal value times this is its code.
+    inv_step: f32,
+    /// The codes (without sign) of a finite overflow, of an infinity and of NaN.
+    overflow_code: u32,
+    infinity_code: u32,
+    nan_code: u32,
+}
+
+impl Grid {
+    fn of(cast: Fp8Cast) -> Self {
+        let layout = cast.format.layout();
+        let m = layout.mantissa_bits();
+        let bias = cast.format.bias();
+        // Biases are 0..=63: emin = 1 - bias and every step stay normal f32 numbers.
+        debug_assert!((0..=63).contains(&bias));
+        let decoded = |code: u8| reference::decode_bits(code, cast.format);
+        let clamp_code = |yes: bool| {
+            if yes {
+                layout.max_finite_code()
+            } else {
+                layout.overflow_code()
+            }
+        };
+        let clamp = |yes: bool| decoded(clamp_code(yes));
+        Self {
+            shift: 23 - m,
+            normal: ((128 - bias) as u32) << 23,
+            magic: f32::from_bits(((151 - bias) as u32 - m) << 23),
+            max: decoded(layout.max_finite_code()),
+            overflow: clamp(cast.overflow.clamps_finite()),
+            infinity: clamp(cast.overflow.clamps_infinite()),
+            offset: ((127 - bias) as u32) << m,
+            inv_step: f32::from_bits(((126 + bias) as u32 + m) << 23),
+            overflow_code: u32::from(clamp_code(cast.overflow.clamps_finite())),
+            infinity_code: u32::from(clamp_code(cast.overflow.clamps_infinite())),
+            nan_code: u32::from(layout.nan_code()),
+        }
+    }
+}
+
+multiversion! {
+    /// Each `x` scaled by `scale`, rounded to the grid and decoded times `scale_inv`, as
+    /// `reference::decode_scaled(reference::encode_scaled(x, scale), scale_inv)` (neither
+    /// scale NaN; round to nearest even).
+    fn round_trip(x: &mut [f32], grid: &Grid, scale: f32, scale_inv: f32) {
+        let g = *grid;
+        let (one_in, one_out) = (scale.to_bits() == 1f32.to_bits(), scale_inv.to_bits() == 1f32.to_bits());
+        let half = 1u32 << (g.shift - 1);
+        let low = (1u32 << g.shift) - 1;
+        for v in x.iter_mut() {
+            let y = if one_in { *v } else { flush(flush(*v) * scale) };
+            let bits = y.to_bits();
+            let (sign, a) = (bits & SIGN, bits & !SIGN);
+            let normal = (a + (half - 1) + ((a >> g.shift) & 1)) & !low;
+            let subnormal = ((f32::from_bits(a) + g.magic) - g.magic).to_bits();
+            let mut d = if a < g.normal { subnormal } else { normal };
+            d = if d > g.max { g.overflow } else { d };
+            d = if a == INF { g.infinity } else { d };
+            d = if a > INF { NAN } else { d };
+            let d = f32::from_bits(sign | d);
+            *v = if one_out { d } else { flush(flush(d) * scale_inv) };
+        }
+    }
+}
+
+multiversion! {
+    /// Each `x` scaled by `scale` and encoded on the grid, as `reference::encode_scaled`
+    /// (scale not NaN; round to nearest even).
+    fn encode(x: &[f32], codes: &mut [u8], grid: &Grid, scale: f32) {
+        let g = *grid;
+        let one_in = scale.to_bits() == 1f32.to_bits();
+        let half = 1u32 << (g.shift - 1);
+        let low = (1u32 << g.shift) - 1;
+        for (v, c) in x.iter().zip(codes.iter_mut()) {
+            let y = if one_in { *v } else { flush(flush(*v) * scale) };
+            let bits = y.to_bits();
+            let (sign, a) = (bits & SIGN, bits & !SIGN);
+            let normal = (a + (half - 1) + ((a >> g.shift) & 1)) & !low;
+            let subnormal = ((f32::from_bits(a) + g.magic) - g.magic).to_bits();
+            let d = if a < g.normal { subnormal } else { normal };
+            let mut code = if d >= g.normal {
+                (d >> g.shift).wrapping_sub(g.offset)
+            } else {
+                (f32::from_bits(d) * g.inv_step) as u32
+            };
+            code = if d > g.max { g.overflow_code } else { code };
+            code = if a == INF { g.infinity_code } else { code };
+            code = if a > INF { g.nan_code } else { code };
+            *c = ((sign >> 24) | code) as u8;
+        }
+    }
+}
+
+multiversion! {
+    /// The largest `|x|` bits of `x`.
+    fn abs_max(x: &[f32]) -> u32 {
+        x.iter().fold(0u32, |m, v| m.max(v.to_bits() & !SIGN))
+    }
+}
+
+/// Calls `f(range, block)` for each maximal run of elements `start..end` that lies in one
+/// row and one block.
+fn for_each_run(
+    layout: BlockLayout,
+    start: usize,
+    end: usize,
+    mut f: impl FnMut(core::ops::Range<usize>, usize),
+) {
+    let cols = layout.cols as usize;
+    let block_cols = layout.block_cols as usize;
+    let mut i = start;
+    while i < end {
+        let (row, col) = (i / cols, i % cols);
+        let run_end = (row * cols + ((col / block_cols) + 1) * block_cols)
+            .min((row + 1) * cols)
+            .min(end);
+        f(i..run_end, layout.block_of(i as u32) as usize);
+        i = run_end;
+    }
+}
+
+/// The blocks elements `start..end` (not empty) may touch: whole rows of blocks, from the
+/// first element's to the last one's.
+fn block_range(layout: BlockLayout, start: usize, end: usize) -> (usize, usize) {
+    let row_blocks = layout.blocks_per_row() as usize;
+    let first = layout.block_of(start as u32) as usize / row_blocks;
+    let last = layout.block_of((end - 1) as u32) as usize / row_blocks;
+    (first * row_blocks, (last + 1) * row_blocks)
+}
+
+fn check_layout(len: usize, layout: BlockLayout) -> Result<(), LaunchError> {
+    layout.validate()?;
+    if layout.len as usize != len {
+        return Err(LaunchError::Layout(format!(
+            "the layout has {} elements, the values {len}",
+            layout.len
+        )));
+    }
+    Ok(())
+}
+
+fn check_scales<S>(layout: BlockLayout, got: usize) -> Result<(), LaunchError> {
+    let blocks = layout.num_blocks() as usize;
+    if got < blocks {
+        return Err(LaunchError::TooShort {
+            buffer: "scales",
+            needed: (blocks * size_of::<S>()) as u64,
+            got: (got * size_of::<S>()) as u64,
+        });
+    }
+    Ok(())
+}
+
+fn check_out<T>(len: usize, out: usize) -> Result<(), LaunchError> {
+    if out == len {
+        Ok(())
+    } else {
+        Err(LaunchError::TooShort {
+            buffer: "out",
+            needed: (len * size_of::<T>()) as u64,
+            got: (out * size_of::<T>()) as u64,
+        })
+    }
+}
