@@ -88,7 +88,16 @@ impl<B: Backend> OpContext<B> {
         op: impl FnOnce(FloatTensor<B>, FloatTensor<B>) -> FloatTensor<B>,
     ) -> FloatTensor<B> {
         match &self.fp8 {
-            Some(site) => site.run(kind, lhs, rhs, op),
+            Some(site) => {
+                // FP8 rounds each operand as a flat tensor: a view (attention's permuted
+                // operands) is made row-major on burn-amp's row copy where `B` has it (Flex),
+                // not by the flattening reshape's copy, a value at a time.
+                let [lhs, rhs] = [lhs, rhs].map(|t| match self.kernels() {
+                    Some(ops) => (ops.contiguous)(t),
+                    None => t,
+                });
+                site.run(kind, lhs, rhs, op)
+            }
             None => op(lhs, rhs),
         }
     }

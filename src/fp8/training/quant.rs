@@ -69,12 +69,6 @@ pub(crate) fn fake_quantize<I: Fp8Backend>(tensor: FloatTensor<I>, plan: Plan) -
     let layout = recipe
         .layout(&shape)
         .unwrap_or_else(|e| panic!("FP8 training of a tensor of shape {shape:?}: {e}"));
-    // A view (attention's permuted operands) made row-major by the backend's fast copy where
-    // burn-amp has one (Flex), rather than by the reshape's copy, a value at a time.
-    let tensor = match crate::registry::routed::<I>() {
-        Some(ops) => (ops.contiguous)(tensor),
-        None => tensor,
-    };
     let flat = I::float_reshape(tensor, Shape::new([len]));
     let rule = recipe.rule().unwrap_or(ScaleRule::Float { margin: 0 });
     let values = if plan.is_plain() {
