@@ -137,38 +137,25 @@ pub fn fake_quantize_scaled<T: CpuFloat>(
     check_out::<T>(values.len(), out.len())?;
     check_scales::<BlockScale>(layout, scales.len())?;
     let grid = Grid::of(cast);
-    values
-        .par_chunks(CHUNK)
-        .zip(out.par_chunks_mut(CHUNK))
-        .enumerate()
-        .for_each(|(c, (chunk, out))| {
-            let start = c * CHUNK;
-            let mut buf = [0f32; BLOCK];
-            for_each_run(layout, start, start + chunk.len(), |run, block| {
-                let s = scales[block];
-                let (x, o) = (
-                    &chunk[run.start - start..run.end - start],
-                    &mut out[run.start - start..run.end - start],
-                );
-                let exact = cast.rounding == Rounding::NearestEven
-                    && !s.scale.is_nan()
-                    && !s.scale_inv.is_nan();
-                if !exact {
-                    for (i, (x, o)) in x.iter().zip(o).enumerate() {
-                        let index = (run.start + i) as u32;
-                        let code = reference::encode_scaled(x.to_f32(), s.scale, cast, index);
-                        *o = T::from_f32(reference::decode_scaled(code, cast.format, s.scale_inv));
-                    }
-                    return;
-                }
-                for (x, o) in x.chunks(BLOCK).zip(o.chunks_mut(BLOCK)) {
-                    let buf = &mut buf[..x.len()];
-                    cast::convert_block(isa, x, buf);
-                    round_trip(isa, buf, &grid, s.scale, s.scale_inv);
-                    cast::convert_block(isa, &*buf, o);
-                }
-            });
-        });
+    par_runs(layout, values, out, |first, block, x, o, buf| {
+        let s = scales[block];
+        let exact =
+            cast.rounding == Rounding::NearestEven && !s.scale.is_nan() && !s.scale_inv.is_nan();
+        if !exact {
+            for (i, (x, o)) in x.iter().zip(o).enumerate() {
+                let index = (first + i) as u32;
+                let code = reference::encode_scaled(x.to_f32(), s.scale, cast, index);
+                *o = T::from_f32(reference::decode_scaled(code, cast.format, s.scale_inv));
+            }
+            return;
+        }
+        for (x, o) in x.chunks(BLOCK).zip(o.chunks_mut(BLOCK)) {
+            let buf = &mut buf[..x.len()];
+            cast::convert_block(isa, x, buf);
+            round_trip(isa, buf, &grid, s.scale, s.scale_inv);
+            cast::convert_block(isa, &*buf, o);
+        }
+    });
     Ok(())
 }
 
@@ -190,37 +177,20 @@ pub fn quantize<T: CpuFloat>(
     check_out::<u8>(values.len(), codes.len())?;
     check_scales::<f32>(layout, scales.len())?;
     let grid = Grid::of(cast);
-    values
-        .par_chunks(CHUNK)
-        .zip(codes.par_chunks_mut(CHUNK))
-        .enumerate()
-        .for_each(|(c, (chunk, codes))| {
-            let start = c * CHUNK;
-            let mut buf = [0f32; BLOCK];
-            for_each_run(layout, start, start + chunk.len(), |run, block| {
-                let scale = scales[block];
-                let (x, o) = (
-                    &chunk[run.start - start..run.end - start],
-                    &mut codes[run.start - start..run.end - start],
-                );
-                if cast.rounding != Rounding::NearestEven || scale.is_nan() {
-                    for (i, (x, o)) in x.iter().zip(o).enumerate() {
-                        *o = reference::encode_scaled(
-                            x.to_f32(),
-                            scale,
-                            cast,
-                            (run.start + i) as u32,
-                        );
-                    }
-                    return;
-                }
-                for (x, o) in x.chunks(BLOCK).zip(o.chunks_mut(BLOCK)) {
-                    let buf = &mut buf[..x.len()];
-                    cast::convert_block(isa, x, buf);
-                    encode(isa, buf, o, &grid, scale);
-                }
-            });
-        });
+    par_runs(layout, values, codes, |first, block, x, o, buf| {
+        let scale = scales[block];
+        if cast.rounding != Rounding::NearestEven || scale.is_nan() {
+            for (i, (x, o)) in x.iter().zip(o).enumerate() {
+                *o = reference::encode_scaled(x.to_f32(), scale, cast, (first + i) as u32);
+            }
+            return;
+        }
+        for (x, o) in x.chunks(BLOCK).zip(o.chunks_mut(BLOCK)) {
+            let buf = &mut buf[..x.len()];
+            cast::convert_block(isa, x, buf);
+            encode(isa, buf, o, &grid, scale);
+        }
+    });
     Ok(())
 }
 
@@ -242,28 +212,16 @@ pub fn dequantize<T: CpuFloat>(
     check_out::<T>(codes.len(), out.len())?;
     check_scales::<f32>(layout, scale_invs.len())?;
     let table: Vec<f32> = (0..=255u8).map(|c| reference::decode(c, format)).collect();
-    codes
-        .par_chunks(CHUNK)
-        .zip(out.par_chunks_mut(CHUNK))
-        .enumerate()
-        .for_each(|(c, (chunk, out))| {
-            let start = c * CHUNK;
-            let mut buf = [0f32; BLOCK];
-            for_each_run(layout, start, start + chunk.len(), |run, block| {
-                let inv = scale_invs[block];
-                let (x, o) = (
-                    &chunk[run.start - start..run.end - start],
-                    &mut out[run.start - start..run.end - start],
-                );
-                for (x, o) in x.chunks(BLOCK).zip(o.chunks_mut(BLOCK)) {
-                    let buf = &mut buf[..x.len()];
-                    for (code, v) in x.iter().zip(buf.iter_mut()) {
-                        *v = reference::scaled(table[usize::from(*code)], inv);
-                    }
-                    cast::convert_block(isa, &*buf, o);
-                }
-            });
-        });
+    par_runs(layout, codes, out, |_, block, x, o, buf| {
+        let inv = scale_invs[block];
+        for (x, o) in x.chunks(BLOCK).zip(o.chunks_mut(BLOCK)) {
+            let buf = &mut buf[..x.len()];
+            for (code, v) in x.iter().zip(buf.iter_mut()) {
+                *v = reference::scaled(table[usize::from(*code)], inv);
+            }
+            cast::convert_block(isa, &*buf, o);
+        }
+    });
     Ok(())
 }
 
@@ -383,6 +341,29 @@ multiversion! {
     fn abs_max(x: &[f32]) -> u32 {
         x.iter().fold(0u32, |m, v| m.max(v.to_bits() & !SIGN))
     }
+}
+
+/// `f(first, block, x, o, buf)` for each maximal run of `input` and the same elements of
+/// `output` that lies in one row and one block of `layout` (`first`: the run's first index),
+/// the runs split over rayon's tasks, each task with an f32 block of scratch.
+fn par_runs<A: Sync, B: Send>(
+    layout: BlockLayout,
+    input: &[A],
+    output: &mut [B],
+    f: impl Fn(usize, usize, &[A], &mut [B], &mut [f32; BLOCK]) + Sync,
+) {
+    input
+        .par_chunks(CHUNK)
+        .zip(output.par_chunks_mut(CHUNK))
+        .enumerate()
+        .for_each(|(c, (x, o))| {
+            let start = c * CHUNK;
+            let mut buf = [0f32; BLOCK];
+            for_each_run(layout, start, start + x.len(), |run, block| {
+                let r = run.start - start..run.end - start;
+                f(run.start, block, &x[r.clone()], &mut o[r], &mut buf);
+            });
+        });
 }
 
 /// Calls `f(range, block)` for each maximal run of elements `start..end` that lies in one
