@@ -423,7 +423,66 @@ fn matmuls(quick: bool, runs: usize) -> Vec<Row> {
             });
         }
     });
+    out.extend(bf16_kernels(m, k, n, runs));
     out
+}
+
+/// Where the CPU has both, the two AVX-512 kernels of bf16 products on the same x W: bf16
+/// pairs by `vdpbf16ps` against f32 FMAs on the values widened while packed. Which one the
+/// GEMM chooses follows the CPU's `Bf16Dot` rate; this row shows that the choice holds here.
+fn bf16_kernels(m: usize, k: usize, n: usize, runs: usize) -> Vec<Row> {
+    use burn_amp_kernels::cpu::cast::Format;
+    use burn_amp_kernels::cpu::gemm::{self, Kernel, MatRef};
+    use burn_amp_kernels::cpu::isa::Bf16Dot;
+    let isa = Isa::detect();
+    if isa.level() != IsaLevel::Avx512Bf16 {
+        return Vec::new();
+    }
+    let [pairs, fma] = [Bf16Dot::FullRate, Bf16Dot::HalfRate]
+        .map(|rate| Kernel::select(isa.with_bf16_dot(rate), Format::Bf16));
+    let x: Vec<half::bf16> = (0..m * k)
+        .map(|i| half::bf16::from_f32(((i * 7 % 13) as f32 - 6.0) / 7.0))
+        .collect();
+    let w: Vec<f32> = (0..k * n)
+        .map(|i| ((i * 5 % 11) as f32 - 5.0) / 9.0)
+        .collect();
+    let mut y = vec![half::bf16::ZERO; m * n];
+    let (xm, wm) = (
+        MatRef::row_major(&x, m, k).expect("m x k"),
+        MatRef::row_major(&w, k, n).expect("k x n"),
+    );
+    let mut y2 = y.clone();
+    let (a, b) = time_pair(
+        1,
+        runs,
+        || gemm::gemm(pairs, xm, wm, &mut y).expect("shapes"),
+        || gemm::gemm(fma, xm, wm, &mut y2).expect("shapes"),
+    );
+    let flops = 2.0 * (m * k * n) as f64;
+    let chosen = Kernel::select(isa, Format::Bf16);
+    vec![Row {
+        what: format!("bf16 GEMM {m}x{k}x{n}, x W: f32 FMAs on widened values vs vdpbf16ps pairs"),
+        backend: FLEX.into(),
+        baseline: format!(
+            "{} {} ms, {:.0} GFLOP/s",
+            pairs.name(),
+            a.ms(),
+            flops / a.median / 1e9
+        ),
+        measured: format!(
+            "{} {} ms, {:.0} GFLOP/s",
+            fma.name(),
+            b.ms(),
+            flops / b.median / 1e9
+        ),
+        ratio: b.median / a.median,
+        // The kernel chosen for this CPU should be the faster one.
+        goal: match isa.bf16_dot() {
+            Bf16Dot::HalfRate => Goal::AtMost(1.0),
+            Bf16Dot::FullRate => Goal::AtLeast(1.0),
+        },
+        note: format!("chosen here: {} ({:?})", chosen.name(), isa.bf16_dot()),
+    }]
 }
 
 fn kernel_name() -> &'static str {

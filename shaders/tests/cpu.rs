@@ -476,6 +476,46 @@ fn amx_kernel_is_chosen_and_within_the_bound() {
     }
 }
 
+/// bf16 products run on `vdpbf16ps` pairs where the CPU runs it at full rate, and on f32
+/// FMAs of the widened values where it runs at half the FMAs' rate; AMX tiles, where
+/// granted, whatever the rate; every level below AVX-512 BF16 is unaffected. Both choices
+/// are among the kernels the tests above hold to the bound.
+#[test]
+fn the_bf16_kernel_follows_the_dot_product_rate() {
+    use burn_amp_kernels::cpu::isa::{Bf16Dot, IsaLevel};
+    for isa in Isa::available() {
+        let [full, half] = [Bf16Dot::FullRate, Bf16Dot::HalfRate]
+            .map(|rate| Kernel::select(isa.with_bf16_dot(rate), Format::Bf16));
+        for (kernel, rate) in [(full, Bf16Dot::FullRate), (half, Bf16Dot::HalfRate)] {
+            let all = Kernel::all(isa.with_bf16_dot(rate), Format::Bf16);
+            assert_eq!(all.last(), Some(&kernel), "{kernel}");
+            let names: Vec<_> = Kernel::all(isa, Format::Bf16)
+                .iter()
+                .map(|k| k.name())
+                .collect();
+            assert!(names.contains(&kernel.name()), "{kernel}");
+        }
+        let (full, half) = (full.name(), half.name());
+        match isa.level() {
+            IsaLevel::Avx512Bf16 => {
+                assert!(full.starts_with("avx512_bf16 vdpbf16ps"), "{isa}: {full}");
+                assert!(half.starts_with("avx512f f32"), "{isa}: {half}");
+            }
+            IsaLevel::AmxBf16 => {
+                assert!(
+                    full.starts_with("amx_bf16") && half == full,
+                    "{isa}: {full}, {half}"
+                )
+            }
+            _ => assert_eq!(full, half, "{isa}"),
+        }
+        // f16 products widen to f32 whatever the bf16 rate.
+        let [f16_full, f16_half] = [Bf16Dot::FullRate, Bf16Dot::HalfRate]
+            .map(|rate| Kernel::select(isa.with_bf16_dot(rate), Format::F16));
+        assert_eq!(f16_full.name(), f16_half.name(), "{isa}");
+    }
+}
+
 #[test]
 fn gemm_reads_strided_and_negatively_strided_views_in_place() {
     let (m, n, k) = (23, 40, 33);

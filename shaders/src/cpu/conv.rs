@@ -25,6 +25,7 @@ use rayon::prelude::*;
 
 use super::Isa;
 use super::cast::{self, CpuFloat};
+use super::erased::{Floats, FloatsMut, typed, typed_mut};
 
 /// Why a convolution was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -203,6 +204,29 @@ fn product(what: &'static str, sizes: &[usize]) -> Result<usize, ConvError> {
 /// [`ConvError::Geometry`] when the kernel does not fit, [`ConvError::Length`] when `x` or
 /// `cols` does not hold what the shape implies.
 pub fn im2col<S: CpuFloat, D: CpuFloat>(
+    isa: Isa,
+    shape: &ConvShape,
+    x: &[S],
+    samples: Range<usize>,
+    cols: &mut [D],
+) -> Result<(), ConvError> {
+    im2col_erased(isa, shape, S::floats(x), samples, D::floats_mut(cols))
+}
+
+/// [`im2col`] for any types: not generic, so compiled here (`erased`).
+fn im2col_erased(
+    isa: Isa,
+    shape: &ConvShape,
+    x: Floats<'_>,
+    samples: Range<usize>,
+    cols: FloatsMut<'_>,
+) -> Result<(), ConvError> {
+    typed!(x, |x| typed_mut!(cols, |cols| im2col_typed(
+        isa, shape, x, samples, cols
+    )))
+}
+
+fn im2col_typed<S: CpuFloat, D: CpuFloat>(
     isa: Isa,
     shape: &ConvShape,
     x: &[S],

@@ -33,6 +33,7 @@ use rayon::prelude::*;
 
 use super::Isa;
 use super::cast::{self, CpuFloat};
+use super::erased::{Floats, FloatsMut, typed, typed_mut, typed_same};
 use super::multiversion::multiversion;
 use crate::LaunchError;
 use crate::fp8::launch::BlockLayout;
@@ -59,6 +60,23 @@ const NAN: u32 = 0x7fc0_0000;
 /// [`LaunchError::Layout`] when the layout does not hold together or does not have
 /// `values.len()` elements.
 pub fn block_amax<T: CpuFloat>(
+    isa: Isa,
+    values: &[T],
+    layout: BlockLayout,
+) -> Result<Vec<u32>, LaunchError> {
+    block_amax_erased(isa, T::floats(values), layout)
+}
+
+/// [`block_amax`] for any type: not generic, so compiled here (`erased`).
+fn block_amax_erased(
+    isa: Isa,
+    values: Floats<'_>,
+    layout: BlockLayout,
+) -> Result<Vec<u32>, LaunchError> {
+    typed!(values, |values| block_amax_typed(isa, values, layout))
+}
+
+fn block_amax_typed<T: CpuFloat>(
     isa: Isa,
     values: &[T],
     layout: BlockLayout,
@@ -110,6 +128,32 @@ pub fn fake_quantize<T: CpuFloat>(
     cast: Fp8Cast,
     rule: ScaleRule,
 ) -> Result<Vec<BlockScale>, LaunchError> {
+    let (values, out) = (T::floats(values), T::floats_mut(out));
+    fake_quantize_erased(isa, values, out, layout, cast, rule)
+}
+
+/// [`fake_quantize`] for any type: not generic, so compiled here (`erased`).
+fn fake_quantize_erased(
+    isa: Isa,
+    values: Floats<'_>,
+    out: FloatsMut<'_>,
+    layout: BlockLayout,
+    cast: Fp8Cast,
+    rule: ScaleRule,
+) -> Result<Vec<BlockScale>, LaunchError> {
+    typed_same!(values, out, |values, out| {
+        fake_quantize_typed(isa, values, out, layout, cast, rule)
+    })
+}
+
+fn fake_quantize_typed<T: CpuFloat>(
+    isa: Isa,
+    values: &[T],
+    out: &mut [T],
+    layout: BlockLayout,
+    cast: Fp8Cast,
+    rule: ScaleRule,
+) -> Result<Vec<BlockScale>, LaunchError> {
     check_out::<T>(values.len(), out.len())?;
     let scales: Vec<BlockScale> = block_amax(isa, values, layout)?
         .into_iter()
@@ -126,6 +170,32 @@ pub fn fake_quantize<T: CpuFloat>(
 /// [`LaunchError::Layout`] as [`block_amax`]; [`LaunchError::TooShort`] when `out` is not as
 /// long as `values` or `scales` has fewer entries than the layout has blocks.
 pub fn fake_quantize_scaled<T: CpuFloat>(
+    isa: Isa,
+    values: &[T],
+    out: &mut [T],
+    layout: BlockLayout,
+    cast: Fp8Cast,
+    scales: &[BlockScale],
+) -> Result<(), LaunchError> {
+    let (values, out) = (T::floats(values), T::floats_mut(out));
+    fake_quantize_scaled_erased(isa, values, out, layout, cast, scales)
+}
+
+/// [`fake_quantize_scaled`] for any type: not generic, so compiled here (`erased`).
+fn fake_quantize_scaled_erased(
+    isa: Isa,
+    values: Floats<'_>,
+    out: FloatsMut<'_>,
+    layout: BlockLayout,
+    cast: Fp8Cast,
+    scales: &[BlockScale],
+) -> Result<(), LaunchError> {
+    typed_same!(values, out, |values, out| {
+        fake_quantize_scaled_typed(isa, values, out, layout, cast, scales)
+    })
+}
+
+fn fake_quantize_scaled_typed<T: CpuFloat>(
     isa: Isa,
     values: &[T],
     out: &mut [T],
@@ -173,6 +243,31 @@ pub fn quantize<T: CpuFloat>(
     cast: Fp8Cast,
     scales: &[f32],
 ) -> Result<(), LaunchError> {
+    quantize_erased(isa, T::floats(values), codes, layout, cast, scales)
+}
+
+/// [`quantize`] for any type: not generic, so compiled here (`erased`).
+fn quantize_erased(
+    isa: Isa,
+    values: Floats<'_>,
+    codes: &mut [u8],
+    layout: BlockLayout,
+    cast: Fp8Cast,
+    scales: &[f32],
+) -> Result<(), LaunchError> {
+    typed!(values, |values| quantize_typed(
+        isa, values, codes, layout, cast, scales
+    ))
+}
+
+fn quantize_typed<T: CpuFloat>(
+    isa: Isa,
+    values: &[T],
+    codes: &mut [u8],
+    layout: BlockLayout,
+    cast: Fp8Cast,
+    scales: &[f32],
+) -> Result<(), LaunchError> {
     check_layout(values.len(), layout)?;
     check_out::<u8>(values.len(), codes.len())?;
     check_scales::<f32>(layout, scales.len())?;
@@ -201,6 +296,31 @@ pub fn quantize<T: CpuFloat>(
 /// [`LaunchError::Layout`] as [`block_amax`]; [`LaunchError::TooShort`] when `out` is not
 /// as long as `codes` or `scale_invs` has fewer entries than the layout has blocks.
 pub fn dequantize<T: CpuFloat>(
+    isa: Isa,
+    codes: &[u8],
+    out: &mut [T],
+    layout: BlockLayout,
+    format: Fp8Format,
+    scale_invs: &[f32],
+) -> Result<(), LaunchError> {
+    dequantize_erased(isa, codes, T::floats_mut(out), layout, format, scale_invs)
+}
+
+/// [`dequantize`] for any type: not generic, so compiled here (`erased`).
+fn dequantize_erased(
+    isa: Isa,
+    codes: &[u8],
+    out: FloatsMut<'_>,
+    layout: BlockLayout,
+    format: Fp8Format,
+    scale_invs: &[f32],
+) -> Result<(), LaunchError> {
+    typed_mut!(out, |out| dequantize_typed(
+        isa, codes, out, layout, format, scale_invs
+    ))
+}
+
+fn dequantize_typed<T: CpuFloat>(
     isa: Isa,
     codes: &[u8],
     out: &mut [T],

@@ -79,11 +79,49 @@ impl IsaLevel {
 /// ```
 ///
 /// It also carries the CPU's cache sizes ([`CacheSizes`]), read with it, which the GEMM
-/// sizes its blocks from.
+/// sizes its blocks from, and the rate of its bf16 dot product ([`Bf16Dot`]), which decides
+/// the kernel of bf16 products.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Isa {
     level: IsaLevel,
     caches: CacheSizes,
+    bf16_dot: Bf16Dot,
+}
+
+/// How fast a CPU's AVX-512 BF16 dot product (`vdpbf16ps`) runs against its f32 FMAs: what
+/// decides whether bf16 products are packed as bf16 pairs for it or widened to f32 for FMAs
+/// (the same products of the same bf16 values, summed in f32 either way).
+///
+/// ```
+/// use burn_amp_kernels::cpu::{Isa, isa::Bf16Dot};
+///
+/// let isa = Isa::detect().with_bf16_dot(Bf16Dot::HalfRate);
+/// assert_eq!(isa.bf16_dot(), Bf16Dot::HalfRate);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Bf16Dot {
+    /// Two bf16 products per lane for each f32 FMA's one at least: the pair kernel does
+    /// more products per cycle (AMD's cores, and where the vendor is unknown).
+    FullRate,
+    /// One `vdpbf16ps` every two cycles against two FMAs a cycle, so FMAs on values widened
+    /// to f32 do twice its products (Intel's cores: measured on an Emerald Rapids core,
+    /// 1.6 G `vdpbf16ps` against 6.5 G `vfmadd231ps` a second on 512-bit registers).
+    HalfRate,
+}
+
+impl Bf16Dot {
+    /// This CPU's, from its vendor (CPUID leaf 0).
+    fn detect() -> Bf16Dot {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let leaf0 = core::arch::x86_64::__cpuid(0);
+            // "GenuineIntel", in EBX, EDX, ECX.
+            if (leaf0.ebx, leaf0.edx, leaf0.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e) {
+                return Bf16Dot::HalfRate;
+            }
+        }
+        Bf16Dot::FullRate
+    }
 }
 
 impl Isa {
@@ -91,6 +129,7 @@ impl Isa {
     pub const PORTABLE: Isa = Isa {
         level: IsaLevel::Portable,
         caches: CacheSizes::TYPICAL,
+        bf16_dot: Bf16Dot::FullRate,
     };
 
     /// The best level this CPU runs.
@@ -103,6 +142,7 @@ impl Isa {
         Isa {
             level,
             caches: CacheSizes::detect(),
+            bf16_dot: Bf16Dot::detect(),
         }
     }
 
@@ -111,6 +151,7 @@ impl Isa {
         level.available().then(|| Isa {
             level,
             caches: CacheSizes::detect(),
+            bf16_dot: Bf16Dot::detect(),
         })
     }
 
@@ -118,6 +159,20 @@ impl Isa {
     /// other blockings to the reference).
     pub fn with_caches(self, caches: CacheSizes) -> Isa {
         Isa { caches, ..self }
+    }
+
+    /// The same instruction set, choosing kernels as for a CPU whose bf16 dot product runs
+    /// at `rate` (what tests use to run both choices on one CPU).
+    pub fn with_bf16_dot(self, rate: Bf16Dot) -> Isa {
+        Isa {
+            bf16_dot: rate,
+            ..self
+        }
+    }
+
+    /// The rate of this CPU's bf16 dot product against its f32 FMAs.
+    pub fn bf16_dot(self) -> Bf16Dot {
+        self.bf16_dot
     }
 
     /// The cache sizes the kernels size their blocks from.

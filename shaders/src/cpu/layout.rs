@@ -14,6 +14,7 @@
 //! # Ok::<(), layout::LayoutError>(())
 //! ```
 
+use bytemuck::Pod;
 use rayon::prelude::*;
 
 /// Why a copy was refused.
@@ -53,7 +54,48 @@ const CHUNK: usize = 1 << 15;
 /// # Errors
 /// [`LayoutError::Shape`] when `dst` is not the view's size or the ranks differ,
 /// [`LayoutError::OutOfBounds`] when the view reaches outside `src`; `dst` is then untouched.
-pub fn copy_strided<T: Copy + Send + Sync>(
+pub fn copy_strided<T: Pod + Send + Sync>(
+    src: &[T],
+    offset: usize,
+    shape: &[usize],
+    strides: &[isize],
+    dst: &mut [T],
+) -> Result<(), LayoutError> {
+    // Values of 1, 2, 4 or 8 bytes move as words of that size through functions that are
+    // not generic, so compiled here (see `erased`); others through the generic body.
+    macro_rules! as_words {
+        ($word:ty, $copy:ident) => {
+            if size_of::<T>() == size_of::<$word>() {
+                let src = bytemuck::try_cast_slice::<T, $word>(src);
+                if let (Ok(src), Ok(dst)) = (src, bytemuck::try_cast_slice_mut::<T, $word>(dst)) {
+                    return $copy(src, offset, shape, strides, dst);
+                }
+            }
+        };
+    }
+    as_words!(u8, copy_u8);
+    as_words!(u16, copy_u16);
+    as_words!(u32, copy_u32);
+    as_words!(u64, copy_u64);
+    copy_typed(src, offset, shape, strides, dst)
+}
+
+macro_rules! copy_words {
+    ($($copy:ident: $word:ty),*) => {$(
+        fn $copy(
+            src: &[$word],
+            offset: usize,
+            shape: &[usize],
+            strides: &[isize],
+            dst: &mut [$word],
+        ) -> Result<(), LayoutError> {
+            copy_typed(src, offset, shape, strides, dst)
+        }
+    )*};
+}
+copy_words!(copy_u8: u8, copy_u16: u16, copy_u32: u32, copy_u64: u64);
+
+fn copy_typed<T: Copy + Send + Sync>(
     src: &[T],
     offset: usize,
     shape: &[usize],

@@ -5,8 +5,8 @@
 //! - [`cast`]: f32 <-> bf16 and f32 <-> f16 conversions, vectorised and multi-threaded,
 //!   bit for bit `half`'s conversions;
 //! - [`gemm`]: a matrix product over f32, bf16 and f16 operands that rounds them to the
-//!   compute format while packing and accumulates in f32 (`vdpbf16ps` where the CPU has
-//!   AVX-512 BF16);
+//!   compute format while packing and accumulates in f32 (AMX tiles, `vdpbf16ps` or f32
+//!   FMAs: whichever the CPU runs fastest);
 //! - [`conv`]: a convolution's columns and their adjoint, so that it runs on the GEMM;
 //! - [`fp8`]: FP8 rounding and back (fake quantization) and per-block amaxes, byte for
 //!   byte the FP8 reference;
@@ -16,10 +16,15 @@
 //! - [`optim`]: one-pass AdamW and the loss scaler's unscale-and-check, in place;
 //! - [`Isa`]: which instruction set a kernel runs with, and the cache sizes its blocks are
 //!   sized from ([`caches`]), detected once and passed down.
+//!
+//! Every generic entry point (over the element types) hands its slices to a function of
+//! this crate that is not generic, so its body is compiled, optimized, here and not in the
+//! caller's crate: a debug build of a model runs these kernels at full speed.
 
 pub mod caches;
 pub mod cast;
 pub mod conv;
+mod erased;
 pub mod fp8;
 pub mod gemm;
 pub mod isa;

@@ -27,6 +27,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::Isa;
+use super::erased::{Floats, FloatsMut, Sealed, typed, typed_mut};
 
 /// The float formats the CPU kernels read and write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,15 +50,8 @@ impl Format {
     }
 }
 
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for f32 {}
-    impl Sealed for half::bf16 {}
-    impl Sealed for half::f16 {}
-}
-
 /// An element type of the CPU kernels: `f32`, `half::bf16` or `half::f16`.
-pub trait CpuFloat: Copy + Default + Send + Sync + PartialEq + sealed::Sealed + 'static {
+pub trait CpuFloat: Copy + Default + Send + Sync + PartialEq + Sealed + 'static {
     /// Its format.
     const FORMAT: Format;
     /// `half`'s widening to f32 (exact).
@@ -131,6 +125,21 @@ const STREAM_BYTES: usize = 8 << 20;
 /// # Errors
 /// [`CastError::LengthMismatch`] when the lengths differ; `dst` is then untouched.
 pub fn convert<S: CpuFloat, D: CpuFloat>(
+    isa: Isa,
+    src: &[S],
+    dst: &mut [D],
+) -> Result<(), CastError> {
+    convert_erased(isa, S::floats(src), D::floats_mut(dst))
+}
+
+/// [`convert`], its body compiled here for every pair of types (`erased`).
+fn convert_erased(isa: Isa, src: Floats<'_>, dst: FloatsMut<'_>) -> Result<(), CastError> {
+    typed!(src, |src| typed_mut!(dst, |dst| convert_typed(
+        isa, src, dst
+    )))
+}
+
+fn convert_typed<S: CpuFloat, D: CpuFloat>(
     isa: Isa,
     src: &[S],
     dst: &mut [D],

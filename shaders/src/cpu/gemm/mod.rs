@@ -13,9 +13,10 @@
 //! - **AVX-512 BF16** (`vdpbf16ps`, 12x32 tiles): operands packed as bf16 pairs along k, two
 //!   products per f32 lane and instruction. The instruction treats bf16 subnormal inputs as
 //!   zero and flushes subnormal results, as every bf16 dot-product unit does.
-//! - **AVX-512F** (8x32 f32 tiles): operands rounded to the compute format and widened to
+//! - **AVX-512F** (12x32 f32 tiles): operands rounded to the compute format and widened to
 //!   f32 while packing, 16-lane FMA: the f16 products (x86 has no f16 arithmetic before
-//!   AVX-512 FP16) of the CPUs that have the bf16 kernel.
+//!   AVX-512 FP16) of the CPUs that have the bf16 kernel, and their bf16 products too where
+//!   `vdpbf16ps` runs at half the FMAs' rate (Intel's cores, [`Bf16Dot`](super::isa::Bf16Dot)).
 //! - **AVX2 + FMA** (6x16 tiles): the same on 8 lanes, on CPUs without AVX-512 (f16 and
 //!   bf16 products at the speed of an f32 GEMM).
 //! - **Portable** (the same packing, plain Rust loops), and the bf16-pair packing with a
@@ -50,6 +51,7 @@ pub use driver::Threads;
 pub use kernel::Kernel;
 
 use super::cast::{CpuFloat, Format};
+use super::erased::{Floats, FloatsMut, typed_mut};
 
 /// Why a product was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -117,6 +119,14 @@ pub enum GemmError {
         /// Values in the slice.
         len: usize,
     },
+}
+
+/// A [`MatRef`] of `f32`, `bf16` or `f16` (`erased`).
+#[derive(Clone, Copy)]
+enum Mats<'a> {
+    F32(MatRef<'a, f32>),
+    Bf16(MatRef<'a, half::bf16>),
+    F16(MatRef<'a, half::f16>),
 }
 
 /// A read-only matrix view: element `(i, j)` is `data[offset + i * row_stride + j *
@@ -226,6 +236,35 @@ impl<'a, T: CpuFloat> MatRef<'a, T> {
             as usize
     }
 
+    /// The view as the variant of its element type (`erased`).
+    fn erase(self) -> Mats<'a> {
+        let MatRef {
+            data,
+            offset,
+            rows,
+            cols,
+            row_stride,
+            col_stride,
+        } = self;
+        macro_rules! view {
+            ($variant:ident, $data:expr) => {
+                Mats::$variant(MatRef {
+                    data: $data,
+                    offset,
+                    rows,
+                    cols,
+                    row_stride,
+                    col_stride,
+                })
+            };
+        }
+        match T::floats(data) {
+            Floats::F32(d) => view!(F32, d),
+            Floats::Bf16(d) => view!(Bf16, d),
+            Floats::F16(d) => view!(F16, d),
+        }
+    }
+
     pub(crate) fn row_stride(&self) -> isize {
         self.row_stride
     }
@@ -267,12 +306,13 @@ pub fn gemm_bias<A: CpuFloat, B: CpuFloat, D: CpuFloat, C: CpuFloat>(
     let bias = bias
         .map(|bias| rounded_bias(bias, b.cols, kernel.format()))
         .transpose()?;
-    driver::run(
+    let bias = bias.as_deref().map(driver::Bias::Cols);
+    run(
         kernel,
-        a,
-        b,
-        bias.as_deref().map(driver::Bias::Cols),
-        c,
+        a.erase(),
+        b.erase(),
+        bias,
+        C::floats_mut(c),
         Threads::Pool,
     );
     Ok(())
@@ -326,8 +366,40 @@ pub fn gemm_on<A: CpuFloat, B: CpuFloat, D: CpuFloat, C: CpuFloat>(
         .map(|bias| rounded_bias(bias, a.rows, kernel.format()))
         .transpose()?;
     let bias = bias.as_deref().map(driver::Bias::Rows);
-    driver::run(kernel, a, b, bias, c, threads);
+    run(
+        kernel,
+        a.erase(),
+        b.erase(),
+        bias,
+        C::floats_mut(c),
+        threads,
+    );
     Ok(())
+}
+
+/// The driver for the operands' and the output's types, instantiated here (`erased`).
+fn run(
+    kernel: Kernel,
+    a: Mats<'_>,
+    b: Mats<'_>,
+    bias: Option<driver::Bias<'_>>,
+    c: FloatsMut<'_>,
+    threads: Threads,
+) {
+    macro_rules! with_b {
+        ($a:expr) => {
+            match b {
+                Mats::F32(b) => typed_mut!(c, |c| driver::run(kernel, $a, b, bias, c, threads)),
+                Mats::Bf16(b) => typed_mut!(c, |c| driver::run(kernel, $a, b, bias, c, threads)),
+                Mats::F16(b) => typed_mut!(c, |c| driver::run(kernel, $a, b, bias, c, threads)),
+            }
+        };
+    }
+    match a {
+        Mats::F32(a) => with_b!(a),
+        Mats::Bf16(a) => with_b!(a),
+        Mats::F16(a) => with_b!(a),
+    }
 }
 
 /// Whether `a b` can be written into `len` values.

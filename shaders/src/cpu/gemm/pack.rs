@@ -529,14 +529,24 @@ mod x86 {
         unsafe {
             match (kernel.packing(), a.col_stride(), a.row_stride()) {
                 // Rows contiguous along k: 8 k of up to 8 rows at a time, transposed.
+                // Up to two groups of 8 rows (a 12-row panel: 8, then 4 and 4 zeros), stored
+                // k by k, group 0 before group 1, so that each store's spill past its k is
+                // overwritten by the next k's first store.
                 (Packing::F32, 1, _) => {
+                    debug_assert!(mr <= 16);
                     let full = kc - kc % 8;
-                    for g in (0..mr).step_by(8) {
-                        let lanes = rows.saturating_sub(g).min(8);
-                        for kb in (0..full).step_by(8) {
-                            let r = block8(lanes, |l| load8(a.ptr(i + g + l, k0 + kb), format));
-                            for (t, v) in r.iter().enumerate() {
-                                _mm256_storeu_ps(out.add((kb + t) * mr + g).cast(), *v);
+                    let load = |g: usize, kb: usize| {
+                        block8(rows.saturating_sub(g).min(8), |l| {
+                            load8(a.ptr(i + g + l, k0 + kb), format)
+                        })
+                    };
+                    for kb in (0..full).step_by(8) {
+                        let r0 = load(0, kb);
+                        let r1 = if mr > 8 { load(8, kb) } else { r0 };
+                        for t in 0..8 {
+                            _mm256_storeu_ps(out.add((kb + t) * mr).cast(), r0[t]);
+                            if mr > 8 {
+                                _mm256_storeu_ps(out.add((kb + t) * mr + 8).cast(), r1[t]);
                             }
                         }
                     }

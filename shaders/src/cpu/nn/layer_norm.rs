@@ -7,6 +7,7 @@ use rayon::prelude::*;
 
 use crate::cpu::Isa;
 use crate::cpu::cast::{self, CpuFloat};
+use crate::cpu::erased::{Floats, FloatsMut, typed, typed_mut};
 use crate::cpu::multiversion::multiversion;
 
 use super::{NnError, check, check_rows, dot16, rows_per_task, sum16};
@@ -87,6 +88,34 @@ pub fn layer_norm<I: CpuFloat, O: CpuFloat>(
     y: &mut [O],
     row: usize,
 ) -> Result<LayerNormStats, NnError> {
+    let (x, y) = (I::floats(x), O::floats_mut(y));
+    forward_erased(isa, x, gamma, beta, eps, y, row)
+}
+
+/// [`layer_norm`] for any types: not generic, so compiled here (`erased`).
+fn forward_erased(
+    isa: Isa,
+    x: Floats<'_>,
+    gamma: &[f32],
+    beta: Option<&[f32]>,
+    eps: f32,
+    y: FloatsMut<'_>,
+    row: usize,
+) -> Result<LayerNormStats, NnError> {
+    typed!(x, |x| typed_mut!(y, |y| forward_typed(
+        isa, x, gamma, beta, eps, y, row
+    )))
+}
+
+fn forward_typed<I: CpuFloat, O: CpuFloat>(
+    isa: Isa,
+    x: &[I],
+    gamma: &[f32],
+    beta: Option<&[f32]>,
+    eps: f32,
+    y: &mut [O],
+    row: usize,
+) -> Result<LayerNormStats, NnError> {
     check_rows(x.len(), row)?;
     check("layer norm output", x.len(), y.len())?;
     check("gamma", row, gamma.len())?;
@@ -120,6 +149,34 @@ pub fn layer_norm<I: CpuFloat, O: CpuFloat>(
 /// # Errors
 /// As [`layer_norm`], and [`NnError::Length`] when `stats` is not one entry a row.
 pub fn layer_norm_backward<X: CpuFloat, G: CpuFloat, O: CpuFloat>(
+    isa: Isa,
+    x: &[X],
+    dy: &[G],
+    gamma: &[f32],
+    stats: &LayerNormStats,
+    dx: &mut [O],
+    row: usize,
+) -> Result<(Vec<f32>, Vec<f32>), NnError> {
+    let (x, dy, dx) = (X::floats(x), G::floats(dy), O::floats_mut(dx));
+    backward_erased(isa, x, dy, gamma, stats, dx, row)
+}
+
+/// [`layer_norm_backward`] for any types: not generic, so compiled here (`erased`).
+fn backward_erased(
+    isa: Isa,
+    x: Floats<'_>,
+    dy: Floats<'_>,
+    gamma: &[f32],
+    stats: &LayerNormStats,
+    dx: FloatsMut<'_>,
+    row: usize,
+) -> Result<(Vec<f32>, Vec<f32>), NnError> {
+    typed!(x, |x| typed!(dy, |dy| typed_mut!(dx, |dx| {
+        backward_typed(isa, x, dy, gamma, stats, dx, row)
+    })))
+}
+
+fn backward_typed<X: CpuFloat, G: CpuFloat, O: CpuFloat>(
     isa: Isa,
     x: &[X],
     dy: &[G],

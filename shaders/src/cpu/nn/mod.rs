@@ -40,6 +40,7 @@ use rayon::prelude::*;
 
 use super::Isa;
 use super::cast::{self, CpuFloat};
+use super::erased::{Floats, FloatsMut, typed, typed_mut};
 
 use super::multiversion::multiversion;
 
@@ -102,6 +103,22 @@ pub(crate) fn map_unary<I: CpuFloat, O: CpuFloat>(
     out: &mut [O],
     f: impl Fn(&mut [f32]) + Sync,
 ) {
+    map_unary_erased(isa, I::floats(x), O::floats_mut(out), &f)
+}
+
+/// [`map_unary`] for any types: not generic, so compiled here (`erased`).
+fn map_unary_erased(isa: Isa, x: Floats<'_>, out: FloatsMut<'_>, f: &(dyn Fn(&mut [f32]) + Sync)) {
+    typed!(x, |x| typed_mut!(out, |out| map_unary_typed(
+        isa, x, out, f
+    )))
+}
+
+fn map_unary_typed<I: CpuFloat, O: CpuFloat>(
+    isa: Isa,
+    x: &[I],
+    out: &mut [O],
+    f: &(dyn Fn(&mut [f32]) + Sync),
+) {
     debug_assert_eq!(x.len(), out.len());
     x.par_chunks(CHUNK)
         .zip(out.par_chunks_mut(CHUNK))
@@ -124,6 +141,30 @@ pub(crate) fn map_binary<A: CpuFloat, B: CpuFloat, O: CpuFloat>(
     b: &[B],
     out: &mut [O],
     f: impl Fn(&[f32], &mut [f32]) + Sync,
+) {
+    let (a, b) = (A::floats(a), B::floats(b));
+    map_binary_erased(isa, a, b, O::floats_mut(out), &f)
+}
+
+/// [`map_binary`] for any types: not generic, so compiled here (`erased`).
+fn map_binary_erased(
+    isa: Isa,
+    a: Floats<'_>,
+    b: Floats<'_>,
+    out: FloatsMut<'_>,
+    f: &(dyn Fn(&[f32], &mut [f32]) + Sync),
+) {
+    typed!(a, |a| typed!(b, |b| typed_mut!(out, |out| {
+        map_binary_typed(isa, a, b, out, f)
+    })))
+}
+
+fn map_binary_typed<A: CpuFloat, B: CpuFloat, O: CpuFloat>(
+    isa: Isa,
+    a: &[A],
+    b: &[B],
+    out: &mut [O],
+    f: &(dyn Fn(&[f32], &mut [f32]) + Sync),
 ) {
     debug_assert!(a.len() == out.len() && b.len() == out.len());
     a.par_chunks(CHUNK)

@@ -8,6 +8,7 @@ use rayon::prelude::*;
 
 use crate::cpu::Isa;
 use crate::cpu::cast::{self, CpuFloat};
+use crate::cpu::erased::{FloatsMut, typed_mut};
 
 use crate::cpu::multiversion::multiversion;
 
@@ -109,6 +110,15 @@ fn fill<T: CpuFloat>(
 /// # Panics
 /// When `p` is not in `[0, 1]`.
 pub fn bernoulli<T: CpuFloat>(isa: Isa, key: [u32; 2], p: f64, out: &mut [T]) {
+    bernoulli_erased(isa, key, p, T::floats_mut(out))
+}
+
+/// [`bernoulli`] for any type: not generic, so compiled here (`erased`).
+fn bernoulli_erased(isa: Isa, key: [u32; 2], p: f64, out: FloatsMut<'_>) {
+    typed_mut!(out, |out| bernoulli_typed(isa, key, p, out))
+}
+
+fn bernoulli_typed<T: CpuFloat>(isa: Isa, key: [u32; 2], p: f64, out: &mut [T]) {
     assert!((0.0..=1.0).contains(&p), "a Bernoulli probability of {p}");
     let (one, zero) = (T::from_f32(1.0), T::from_f32(0.0));
     if p == 1.0 {
@@ -128,6 +138,15 @@ pub fn bernoulli<T: CpuFloat>(isa: Isa, key: [u32; 2], p: f64, out: &mut [T]) {
 /// the stream of `key` (see `fill`) times 2^-24 (every value a multiple of 2^-24, as
 /// PyTorch's), then rounded to `T` (for bf16 and f16 a draw just below 1 rounds to 1).
 pub fn uniform<T: CpuFloat>(isa: Isa, key: [u32; 2], out: &mut [T]) {
+    uniform_erased(isa, key, T::floats_mut(out))
+}
+
+/// [`uniform`] for any type: not generic, so compiled here (`erased`).
+fn uniform_erased(isa: Isa, key: [u32; 2], out: FloatsMut<'_>) {
+    typed_mut!(out, |out| uniform_typed(isa, key, out))
+}
+
+fn uniform_typed<T: CpuFloat>(isa: Isa, key: [u32; 2], out: &mut [T]) {
     fill(isa, key, out, |words, values| {
         let mut wide = [0f32; BLOCK];
         for (v, w) in wide.iter_mut().zip(words) {

@@ -8,6 +8,7 @@ use rayon::prelude::*;
 
 use crate::cpu::Isa;
 use crate::cpu::cast::{self, CpuFloat};
+use crate::cpu::erased::{Floats, FloatsMut, typed, typed_mut};
 use crate::cpu::multiversion::multiversion;
 
 use super::math::exp;
@@ -97,6 +98,27 @@ fn rows<I: CpuFloat, O: CpuFloat>(
     row: usize,
     f: impl Fn(&mut [f32]) + Sync,
 ) {
+    rows_erased(isa, I::floats(x), O::floats_mut(y), row, &f)
+}
+
+/// [`rows`] for any types: not generic, so compiled here (`erased`).
+fn rows_erased(
+    isa: Isa,
+    x: Floats<'_>,
+    y: FloatsMut<'_>,
+    row: usize,
+    f: &(dyn Fn(&mut [f32]) + Sync),
+) {
+    typed!(x, |x| typed_mut!(y, |y| rows_typed(isa, x, y, row, f)))
+}
+
+fn rows_typed<I: CpuFloat, O: CpuFloat>(
+    isa: Isa,
+    x: &[I],
+    y: &mut [O],
+    row: usize,
+    f: &(dyn Fn(&mut [f32]) + Sync),
+) {
     let task = rows_per_task(row) * row;
     x.par_chunks(task)
         .zip(y.par_chunks_mut(task))
@@ -119,6 +141,32 @@ fn rows2<A: CpuFloat, B: CpuFloat, O: CpuFloat>(
     out: &mut [O],
     row: usize,
     f: impl Fn(&mut [f32], &mut [f32]) + Sync,
+) {
+    let (a, b) = (A::floats(a), B::floats(b));
+    rows2_erased(isa, a, b, O::floats_mut(out), row, &f)
+}
+
+/// [`rows2`] for any types: not generic, so compiled here (`erased`).
+fn rows2_erased(
+    isa: Isa,
+    a: Floats<'_>,
+    b: Floats<'_>,
+    out: FloatsMut<'_>,
+    row: usize,
+    f: &(dyn Fn(&mut [f32], &mut [f32]) + Sync),
+) {
+    typed!(a, |a| typed!(b, |b| typed_mut!(out, |out| rows2_typed(
+        isa, a, b, out, row, f
+    ))))
+}
+
+fn rows2_typed<A: CpuFloat, B: CpuFloat, O: CpuFloat>(
+    isa: Isa,
+    a: &[A],
+    b: &[B],
+    out: &mut [O],
+    row: usize,
+    f: &(dyn Fn(&mut [f32], &mut [f32]) + Sync),
 ) {
     let task = rows_per_task(row) * row;
     a.par_chunks(task)

@@ -33,6 +33,7 @@ use rayon::prelude::*;
 
 use super::Isa;
 use super::cast::CpuFloat;
+use super::erased::{Floats, typed};
 
 /// Why an optimizer kernel was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -136,6 +137,32 @@ pub fn adamw<G: CpuFloat>(
     at: &AdamwAt,
     scale: Option<f32>,
 ) -> Result<(), OptimError> {
+    adamw_erased(isa, param, G::floats(grad), m, v, at, scale)
+}
+
+/// [`adamw`] for any gradient type: not generic, so compiled here (`erased`).
+fn adamw_erased(
+    isa: Isa,
+    param: &mut [f32],
+    grad: Floats<'_>,
+    m: &mut [f32],
+    v: &mut [f32],
+    at: &AdamwAt,
+    scale: Option<f32>,
+) -> Result<(), OptimError> {
+    typed!(grad, |grad| adamw_typed(isa, param, grad, m, v, at, scale))
+}
+
+/// [`adamw`]'s body.
+fn adamw_typed<G: CpuFloat>(
+    isa: Isa,
+    param: &mut [f32],
+    grad: &[G],
+    m: &mut [f32],
+    v: &mut [f32],
+    at: &AdamwAt,
+    scale: Option<f32>,
+) -> Result<(), OptimError> {
     let n = param.len();
     if grad.len() != n || m.len() != n || v.len() != n {
         return Err(OptimError::LengthMismatch {
@@ -189,6 +216,14 @@ pub fn adamw<G: CpuFloat>(
 
 /// How many of `values` are inf or NaN.
 pub fn count_nonfinite<T: CpuFloat>(isa: Isa, values: &[T]) -> usize {
+    count_nonfinite_erased(isa, T::floats(values))
+}
+
+fn count_nonfinite_erased(isa: Isa, values: Floats<'_>) -> usize {
+    typed!(values, |values| count_nonfinite_typed(isa, values))
+}
+
+fn count_nonfinite_typed<T: CpuFloat>(isa: Isa, values: &[T]) -> usize {
     let run = |chunk: &[T]| {
         #[cfg(target_arch = "x86_64")]
         if isa.has_avx2() && T::FORMAT == super::cast::Format::F32 {

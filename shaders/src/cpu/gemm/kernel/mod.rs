@@ -12,6 +12,8 @@ use core::fmt;
 
 use crate::cpu::Isa;
 use crate::cpu::cast::Format;
+#[cfg(target_arch = "x86_64")]
+use crate::cpu::isa::Bf16Dot;
 
 /// Pairs of k in one AMX block (32 k: a tile row of A, 16 pair rows of a tile of B).
 pub(crate) const AMX_PAIRS: usize = 16;
@@ -30,8 +32,9 @@ enum Kind {
     PortableF32,
     #[cfg(target_arch = "x86_64")]
     Avx2F32,
-    /// f32 packing, 8x32 tiles of AVX-512 FMA: f16 (and f32) products where the CPU has
-    /// AVX-512 but no f16 arithmetic.
+    /// f32 packing, 12x32 tiles of AVX-512 FMA: f16 (and f32) products where the CPU has
+    /// AVX-512 but no f16 arithmetic, and bf16 products where `vdpbf16ps` runs at half
+    /// the FMAs' rate ([`Bf16Dot::HalfRate`]).
     #[cfg(target_arch = "x86_64")]
     Avx512F32,
     PortablePairs,
@@ -64,7 +67,8 @@ pub struct Kernel {
 }
 
 impl Kernel {
-    /// The fastest kernel `isa` runs for operands rounded to `format`.
+    /// The fastest kernel `isa` runs for operands rounded to `format`: AMX tiles for bf16
+    /// where the CPU has them, else `vdpbf16ps` or f32 FMAs as [`Isa::bf16_dot`] says.
     pub fn select(isa: Isa, format: Format) -> Kernel {
         *Self::all(isa, format)
             .last()
@@ -86,9 +90,14 @@ impl Kernel {
                 kinds.push(Kind::Avx2F32);
             }
             if isa.has_avx512_bf16() {
-                kinds.push(Kind::Avx512F32);
-                if format == Format::Bf16 {
-                    kinds.push(Kind::Avx512Pairs);
+                match (format, isa.bf16_dot()) {
+                    (Format::Bf16, Bf16Dot::FullRate) => {
+                        kinds.extend([Kind::Avx512F32, Kind::Avx512Pairs])
+                    }
+                    (Format::Bf16, Bf16Dot::HalfRate) => {
+                        kinds.extend([Kind::Avx512Pairs, Kind::Avx512F32])
+                    }
+                    _ => kinds.push(Kind::Avx512F32),
                 }
             }
             if isa.has_amx_bf16() && format == Format::Bf16 {
@@ -118,7 +127,7 @@ impl Kernel {
             #[cfg(target_arch = "x86_64")]
             Kind::Avx2F32 => "avx2+fma f32 6x16",
             #[cfg(target_arch = "x86_64")]
-            Kind::Avx512F32 => "avx512f f32 8x32",
+            Kind::Avx512F32 => "avx512f f32 12x32",
             Kind::PortablePairs => "portable bf16-pair 12x32",
             #[cfg(target_arch = "x86_64")]
             Kind::Avx2PackedPairs => "avx2-packed bf16-pair 12x32 (portable microkernel)",
@@ -160,14 +169,14 @@ impl Kernel {
         }
     }
 
-    /// Rows of a tile (a multiple of 8, or under 8: the AVX2 packing of A writes 8 rows at a
-    /// time).
+    /// Rows of a tile (at most 16: the AVX2 packing of A writes groups of 8 rows, each
+    /// store's spill overwritten by the next).
     pub(crate) fn mr(&self) -> usize {
         match (self.kind, self.packing()) {
             #[cfg(target_arch = "x86_64")]
             (Kind::AmxBf16, _) => amx::MR,
             #[cfg(target_arch = "x86_64")]
-            (Kind::Avx512F32, _) => 8,
+            (Kind::Avx512F32, _) => 12,
             (_, Packing::F32) => 6,
             (_, Packing::Bf16Pairs) => 12,
         }
@@ -227,7 +236,7 @@ impl Kernel {
                 #[cfg(target_arch = "x86_64")]
                 Kind::Avx2F32 => x86::avx2_6x16(steps, a.cast(), b.cast(), c, ldc, accumulate),
                 #[cfg(target_arch = "x86_64")]
-                Kind::Avx512F32 => x86::avx512_8x32(steps, a.cast(), b.cast(), c, ldc, accumulate),
+                Kind::Avx512F32 => x86::avx512_12x32(steps, a.cast(), b.cast(), c, ldc, accumulate),
                 #[cfg(target_arch = "x86_64")]
                 Kind::Avx512Pairs => x86::avx512_bf16_12x32(steps, a, b, c, ldc, accumulate),
                 #[cfg(target_arch = "x86_64")]
