@@ -2,11 +2,11 @@
 //! entry point is compiled in this crate rather than in its caller's.
 //!
 //! Rust compiles a generic function where it is instantiated, with that crate's
-//! optimization level. A dev build optimizes its dependencies (this crate's `Cargo.toml`
-//! profile asks for it) but not the crate under development, so `gemm::<bf16, f32, bf16>`
-//! called from a model's crate ran its packing unoptimized there, every SIMD intrinsic a
-//! function call: a debug build (and every test suite) trained many times slower than it
-//! needed to. Each public generic entry point therefore hands its slices over as
+//! optimization level. A dev build that optimizes its dependencies (a
+//! `[profile.dev.package."*"]` override, as burn-amp's workspace has) still compiles the
+//! crate under development unoptimized, so `gemm::<bf16, f32, bf16>` called from a model's
+//! crate ran its packing unoptimized there, every SIMD intrinsic a function call: such a
+//! debug build (and every test suite) trained several times slower than it needed to. Each public generic entry point therefore hands its slices over as
 //! [`Floats`] or [`FloatsMut`] to a non-generic function of this crate, which matches the
 //! element types ([`typed!`], [`typed_mut!`]) and calls the generic body: every
 //! instantiation is made, and optimized, here.

@@ -18,8 +18,10 @@
 //!   sized from ([`caches`]), detected once and passed down.
 //!
 //! Every generic entry point (over the element types) hands its slices to a function of
-//! this crate that is not generic, so its body is compiled, optimized, here and not in the
-//! caller's crate: a debug build of a model runs these kernels at full speed.
+//! this crate that is not generic, so its body is compiled here, with this crate's
+//! optimization level, and not in the caller's: a debug build that optimizes its
+//! dependencies (`[profile.dev.package."*"] opt-level = 3`) runs these kernels at full
+//! speed however unoptimized the model's own crate is.
 
 pub mod caches;
 pub mod cast;
