@@ -289,13 +289,7 @@ fn im2col_row<S: CpuFloat, D: CpuFloat>(
                         let line = &plane[iy * w..][..w];
                         seg[..xs.start].fill(zero);
                         seg[xs.end..].fill(zero);
-                        let dst = &mut seg[xs.clone()];
-                        if sx == 1 {
-                            dst.copy_from_slice(&line[x0..x0 + dst.len()]);
-                        } else {
-                            let src = line[x0..].iter().step_by(sx);
-                            dst.iter_mut().zip(src).for_each(|(d, v)| *d = *v);
-                        }
+                        strided_copy(&mut seg[xs.clone()], &line[x0..], sx, |v| *v);
                     }
                 }
             }
@@ -316,14 +310,7 @@ fn im2col_row<S: CpuFloat, D: CpuFloat>(
                     let line = &plane[iy * w..][..w];
                     seg[..xs.start].fill(0.0);
                     seg[xs.end..].fill(0.0);
-                    let dst = &mut seg[xs.clone()];
-                    if sx == 1 {
-                        let src = &line[x0..x0 + dst.len()];
-                        dst.iter_mut().zip(src).for_each(|(d, v)| *d = v.to_f32());
-                    } else {
-                        let src = line[x0..].iter().step_by(sx);
-                        dst.iter_mut().zip(src).for_each(|(d, v)| *d = v.to_f32());
-                    }
+                    strided_copy(&mut seg[xs.clone()], &line[x0..], sx, |v| v.to_f32());
                 }
             }
             filled += ow;
@@ -335,6 +322,57 @@ fn im2col_row<S: CpuFloat, D: CpuFloat>(
         }
     }
     cast::convert_block(isa, &buf[..filled], &mut row[written..written + filled]);
+}
+
+/// `dst[t] = f(&src[t * stride])` for every `t`: a copy at stride 1, a deinterleave at
+/// stride 2 (pairs, so that it vectorizes), a gather otherwise. `src` holds the values read.
+#[inline(always)]
+fn strided_copy<S: Copy, D>(dst: &mut [D], src: &[S], stride: usize, f: impl Fn(&S) -> D) {
+    match stride {
+        1 => dst.iter_mut().zip(src).for_each(|(d, v)| *d = f(v)),
+        2 => {
+            let pairs = src.chunks_exact(2);
+            let last = pairs.remainder().first();
+            let mut out = dst.iter_mut();
+            // The pairs first: `zip` then stops without taking an output it cannot fill.
+            pairs
+                .zip(out.by_ref())
+                .for_each(|(pair, d)| *d = f(&pair[0]));
+            // A source of odd length ends on a value read without its pair.
+            if let (Some(d), Some(v)) = (out.next(), last) {
+                *d = f(v);
+            }
+        }
+        _ => dst
+            .iter_mut()
+            .enumerate()
+            .for_each(|(t, d)| *d = f(&src[t * stride])),
+    }
+}
+
+/// `dst[t * stride] += src[t]` for every `t`: the adjoint of [`strided_copy`], by pairs at
+/// stride 2 likewise. `dst` holds the values written.
+#[inline(always)]
+fn strided_add(dst: &mut [f32], src: &[f32], stride: usize) {
+    match stride {
+        1 => dst.iter_mut().zip(src).for_each(|(d, v)| *d += v),
+        2 => {
+            let mut pairs = dst.chunks_exact_mut(2);
+            let mut values = src.iter();
+            // The values first: `zip` then stops without taking a value it cannot add.
+            values
+                .by_ref()
+                .zip(pairs.by_ref())
+                .for_each(|(v, pair)| pair[0] += v);
+            if let (Some(d), Some(v)) = (pairs.into_remainder().first_mut(), values.next()) {
+                *d += v;
+            }
+        }
+        _ => src
+            .iter()
+            .enumerate()
+            .for_each(|(t, v)| dst[t * stride] += v),
+    }
 }
 
 /// Values `im2col` stages in f32 before converting them, at least a row of the output.
@@ -396,13 +434,7 @@ fn col2im_plane(shape: &ConvShape, dcols: &[f32], width: usize, p: usize, plane:
                 };
                 let line = &mut plane[iy * w..][..w];
                 let src = &row[y * ow..][xs.clone()];
-                if sx == 1 {
-                    let dst = &mut line[x0..x0 + src.len()];
-                    dst.iter_mut().zip(src).for_each(|(d, v)| *d += v);
-                } else {
-                    let dst = line[x0..].iter_mut().step_by(sx);
-                    dst.zip(src).for_each(|(d, v)| *d += v);
-                }
+                strided_add(&mut line[x0..], src, sx);
             }
         }
     }

@@ -23,6 +23,15 @@ fn shapes() -> Vec<(ConvShape, usize)> {
         ),
         (
             ConvShape {
+                size: [8, 10],
+                stride: [2, 2],
+                padding: [0, 1],
+                ..base
+            },
+            3,
+        ),
+        (
+            ConvShape {
                 dilation: [2, 1],
                 padding: [2, 0],
                 ..base
@@ -142,6 +151,38 @@ fn columns_times_the_weight_are_the_direct_convolution() {
                     );
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn columns_in_another_format_are_the_f32_columns_rounded() {
+    // The same-format copy (bf16 to bf16) and the staged conversion (f32 to bf16, bf16 to
+    // f32) take their own paths at every stride: each must agree with the f32 columns.
+    use half::bf16;
+    for (shape, _) in shapes() {
+        let mut rng = Rng(11 + shape.patch() as u64);
+        let x: Vec<f32> = (0..shape.batch * shape.sample())
+            .map(|_| rng.uniform())
+            .collect();
+        let xb: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
+        let x_rounded: Vec<f32> = xb.iter().map(|v| v.to_f32()).collect();
+        let n = shape.patch() * shape.batch * shape.positions();
+        for isa in Isa::available() {
+            let mut want = vec![0f32; n];
+            conv::im2col(isa, &shape, &x, 0..shape.batch, &mut want).unwrap();
+            let want: Vec<bf16> = want.iter().map(|&v| bf16::from_f32(v)).collect();
+            let mut from_f32 = vec![bf16::ZERO; n];
+            conv::im2col(isa, &shape, &x, 0..shape.batch, &mut from_f32).unwrap();
+            assert_eq!(from_f32, want, "{shape:?} on {isa}: f32 to bf16");
+            let mut from_bf16 = vec![bf16::ZERO; n];
+            conv::im2col(isa, &shape, &xb, 0..shape.batch, &mut from_bf16).unwrap();
+            assert_eq!(from_bf16, want, "{shape:?} on {isa}: bf16 to bf16");
+            let mut widened = vec![0f32; n];
+            conv::im2col(isa, &shape, &xb, 0..shape.batch, &mut widened).unwrap();
+            let mut exact = vec![0f32; n];
+            conv::im2col(isa, &shape, &x_rounded, 0..shape.batch, &mut exact).unwrap();
+            assert_eq!(widened, exact, "{shape:?} on {isa}: bf16 to f32");
         }
     }
 }

@@ -270,58 +270,63 @@ impl ConvPlan {
         dtypes: [DType; 3],
     ) -> [Option<FlexTensor>; 3] {
         let (x, weight, dy) = (contiguous(x), contiguous(weight), contiguous(dy));
-        let [dx, dw, db] = with_float!(x.dtype(), X => with_float!(weight.dtype(), W => {
+        let isa = kernel.isa();
+        let x_len = x.layout().num_elements();
+        let mut dx = wants[0].then(|| InputGrad::zeros(dtypes[0], x_len));
+        let [dw, db] = with_float!(x.dtype(), X => with_float!(weight.dtype(), W => {
             with_float!(dy.dtype(), G => with_format!(kernel.format(), F => {
                 self.backward_typed::<X, W, G, F>(
                     kernel,
                     values::<X>(&x),
                     values::<W>(&weight),
                     values::<G>(&dy),
-                    wants,
+                    dx.as_mut(),
+                    [wants[1], wants[2]],
                 )
             }))
         }));
-        let isa = kernel.isa();
         let to = |v: Option<Vec<f32>>, dtype: DType, shape: Shape| {
             v.map(
                 |v| with_float!(dtype, D => from_vec::<D>(cast::to_vec::<f32, D>(isa, &v), shape)),
             )
         };
         [
-            to(dx, dtypes[0], x.layout().shape().clone()),
+            dx.map(|dx| dx.into_tensor(x.layout().shape().clone())),
             to(dw, dtypes[1], weight.layout().shape().clone()),
             to(db, dtypes[2], Shape::new([self.out_channels])),
         ]
     }
 
+    /// The weight and bias gradients (those `wants` asks for, in f32), and the input
+    /// gradient into `dx` where given.
     fn backward_typed<X: CpuFloat, W: CpuFloat, G: CpuFloat + Pod, F: CpuFloat + Pod>(
         &self,
         kernel: Kernel,
         x: &[X],
         weight: &[W],
         dy: &[G],
-        wants: [bool; 3],
-    ) -> [Option<Vec<f32>>; 3] {
+        dx: Option<&mut InputGrad>,
+        wants: [bool; 2],
+    ) -> [Option<Vec<f32>>; 2] {
         let (k, oc) = (self.shape.patch(), self.out_channels);
         let split = self.split();
-        let mut dx = wants[0].then(|| vec![0f32; x.len()]);
         // Each run's input gradient is its own slice of dx.
-        let parts: Vec<Option<&mut [f32]>> = match dx.as_mut() {
-            Some(dx) => split
-                .slices(dx, self.shape.sample())
+        let parts: Vec<Option<InputGradPart>> = match dx {
+            Some(dx) => dx
+                .parts(&split, self.shape.sample())
                 .into_iter()
                 .map(Some)
                 .collect(),
             None => split.runs.iter().map(|_| None).collect(),
         };
-        let run = |(samples, mut dx): (Range<usize>, Option<&mut [f32]>)| {
+        let run = |(samples, mut dx): (Range<usize>, Option<InputGradPart>)| {
             let mut sums = Sums::zeros(wants, k * oc, oc);
             let mut bufs = Buffers::take();
             for chunk in split.chunks(samples.clone()) {
                 let sample = self.shape.sample();
                 let at =
                     (chunk.start - samples.start) * sample..(chunk.end - samples.start) * sample;
-                let dx = dx.as_deref_mut().map(|dx| &mut dx[at]);
+                let dx = dx.as_mut().map(|dx| (dx, at));
                 let operands = (x, weight, dy);
                 self.backward_chunk::<X, W, G, F>(
                     kernel,
@@ -352,7 +357,7 @@ impl ConvPlan {
             copy_strided(&t, 0, &[oc, k], &[1, oc as isize], &mut out).expect("a transpose");
             out
         });
-        [dx, dw, db]
+        [dw, db]
     }
 
     /// The gradients of the samples `samples`: their input gradient into `dx`, their weight
@@ -364,11 +369,11 @@ impl ConvPlan {
         threads: Threads,
         (x, weight, dy): (&[X], &[W], &[G]),
         samples: Range<usize>,
-        dx: Option<&mut [f32]>,
+        dx: Option<(&mut InputGradPart, Range<usize>)>,
         sums: &mut Sums,
         bufs: &mut Buffers,
     ) {
-        let [g_buf, cols_buf, dcols_buf, part_buf, row_buf] = &mut bufs.0;
+        let [g_buf, cols_buf, dcols_buf, part_buf, row_buf, stage_buf] = &mut bufs.0;
         let isa = kernel.isa();
         let (k, l, oc) = (
             self.shape.patch(),
@@ -406,14 +411,26 @@ impl ConvPlan {
                 .expect("k x out");
             dw.iter_mut().zip(part.iter()).for_each(|(a, p)| *a += p);
         }
-        if let Some(dx) = dx {
+        if let Some((dx, at)) = dx {
             let dcols = grown::<f32>(dcols_buf, k * count * l);
             gemm::gemm_on::<_, _, f32, _>(threads, kernel, w.transpose(), gm, None, dcols)
                 .expect("k x positions");
-            // Zero already, but written before col2im reads it: a fresh page read first maps
-            // the shared zero page, and the write after it flushes every core's TLB.
-            dx.fill(0.0);
-            conv::col2im(&self.shape, dcols, samples, dx).expect("checked by the plan");
+            // An f32 gradient is summed in place; another is summed in the thread's f32
+            // staging buffer (a chunk's, in its caches) and stored converted.
+            let col2im = |dst: &mut [f32]| {
+                // Written before col2im reads it (a fresh page read first maps the shared
+                // zero page, and the write after it flushes every core's TLB).
+                dst.fill(0.0);
+                conv::col2im(&self.shape, dcols, samples, dst).expect("checked by the plan");
+            };
+            match dx {
+                InputGradPart::F32(dst) => col2im(&mut dst[at]),
+                dx => {
+                    let stage = grown::<f32>(stage_buf, at.len());
+                    col2im(stage);
+                    dx.store(isa, at, stage);
+                }
+            }
         }
         if let Some(db) = sums.db.as_mut() {
             let row = grown::<f32>(row_buf, count * l);
@@ -467,10 +484,11 @@ struct Sums {
 }
 
 impl Sums {
-    fn zeros(wants: [bool; 3], weight: usize, out: usize) -> Sums {
+    /// Zeros for the gradients `[dw, db]` asks for.
+    fn zeros([dw, db]: [bool; 2], weight: usize, out: usize) -> Sums {
         Sums {
-            dw: wants[1].then(|| vec![0f32; weight]),
-            db: wants[2].then(|| vec![0f32; out]),
+            dw: dw.then(|| vec![0f32; weight]),
+            db: db.then(|| vec![0f32; out]),
         }
     }
 
@@ -486,12 +504,82 @@ impl Sums {
     }
 }
 
+/// The input gradient of a convolution, in its dtype.
+enum InputGrad {
+    F32(Vec<f32>),
+    Bf16(Vec<half::bf16>),
+    F16(Vec<half::f16>),
+}
+
+/// A run's slice of an [`InputGrad`].
+enum InputGradPart<'a> {
+    F32(&'a mut [f32]),
+    Bf16(&'a mut [half::bf16]),
+    F16(&'a mut [half::f16]),
+}
+
+impl InputGrad {
+    /// `len` zeros of `dtype` (f32, bf16 or f16, as [`with_float!`] takes).
+    fn zeros(dtype: DType, len: usize) -> InputGrad {
+        match dtype {
+            DType::BF16 => InputGrad::Bf16(zeros(len)),
+            DType::F16 => InputGrad::F16(zeros(len)),
+            DType::F32 | DType::Flex32 => InputGrad::F32(zeros(len)),
+            other => panic!("burn-amp's kernels take f32, f16 or bf16 tensors, not {other:?}"),
+        }
+    }
+
+    /// The runs' slices of `split` (`per_sample` values a sample).
+    fn parts(&mut self, split: &Split, per_sample: usize) -> Vec<InputGradPart<'_>> {
+        match self {
+            InputGrad::F32(v) => split
+                .slices(v, per_sample)
+                .into_iter()
+                .map(InputGradPart::F32)
+                .collect(),
+            InputGrad::Bf16(v) => split
+                .slices(v, per_sample)
+                .into_iter()
+                .map(InputGradPart::Bf16)
+                .collect(),
+            InputGrad::F16(v) => split
+                .slices(v, per_sample)
+                .into_iter()
+                .map(InputGradPart::F16)
+                .collect(),
+        }
+    }
+
+    fn into_tensor(self, shape: Shape) -> FlexTensor {
+        match self {
+            InputGrad::F32(v) => from_vec(v, shape),
+            InputGrad::Bf16(v) => from_vec(v, shape),
+            InputGrad::F16(v) => from_vec(v, shape),
+        }
+    }
+}
+
+impl InputGradPart<'_> {
+    /// Stores the f32 values `src` at `at`, converted.
+    fn store(&mut self, isa: Isa, at: Range<usize>, src: &[f32]) {
+        let stored = match self {
+            InputGradPart::F32(v) => {
+                v[at].copy_from_slice(src);
+                Ok(())
+            }
+            InputGradPart::Bf16(v) => cast::convert(isa, src, &mut v[at]),
+            InputGradPart::F16(v) => cast::convert(isa, src, &mut v[at]),
+        };
+        stored.expect("a chunk's values");
+    }
+}
+
 /// A thread's buffers for its chunks (columns, products, gradients), kept between calls:
 /// a training step then neither faults in fresh pages nor unmaps megabytes per
 /// convolution (an unmap interrupts every core to flush its TLB). They hold what the
 /// largest chunk the thread has run needed.
 #[derive(Default)]
-struct Buffers([Vec<u32>; 5]);
+struct Buffers([Vec<u32>; 6]);
 
 thread_local! {
     /// Why a thread-local: per-thread scratch reused by every convolution the thread runs
