@@ -2,7 +2,9 @@
 """PyTorch's mixed/float32 training-step ratio for the workloads of `examples/bench`.
 
 The same models as `examples/bench/models.rs` (the Keras guide's MLP 784-4096-4096-10 at
-batch 128, a Transformer encoder d=256 x4, seq 128, batch 16, and a small CNN), the same optimizer
+batch 128, a Transformer encoder d=256 x4, seq 128, batch 16, a small CNN, and the GPT
+example's default preset: a byte-level causal decoder d=128 x4, 4 heads, context 64,
+batch 12), the same optimizer
 (Adam, lr 1e-4; PyTorch's fastest, `fused=True`) and the same timing method: float32 and mixed steps timed alternately
 (ABAB...), the median of several runs with min and max. Mixed precision is PyTorch's
 own recipe: `torch.autocast` plus `torch.amp.GradScaler` for float16 (bfloat16 needs no
@@ -67,6 +69,44 @@ class Cnn(nn.Module):
         return self.head(self.convs(x).flatten(1))
 
 
+class Gpt(nn.Module):
+    """The GPT example's model (examples/gpt/model.rs): token and position embeddings, a
+    pre-norm GELU Transformer encoder under a causal mask, a final LayerNorm and a linear
+    head without bias over the 256 byte values. Takes tokens [batch, time]; returns the
+    logits flattened to [batch * time, 256], as the example's loss takes them."""
+
+    def __init__(self, d_model: int = 128, layers: int = 4, heads: int = 4, seq: int = 64):
+        super().__init__()
+        self.tokens = nn.Embedding(256, d_model)
+        self.positions = nn.Embedding(seq, d_model)
+        layer = nn.TransformerEncoderLayer(
+            d_model, nhead=heads, dim_feedforward=4 * d_model, dropout=0.0,
+            activation="gelu", batch_first=True, norm_first=True,
+        )
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, 256, bias=False)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq))
+
+    def forward(self, x):
+        time_ = x.shape[1]
+        h = self.tokens(x) + self.positions(torch.arange(time_, device=x.device))
+        mask = self.mask[:time_, :time_]
+        h = self.blocks(h, mask=mask, is_causal=True)
+        return self.head(self.norm(h)).flatten(0, 1)
+
+
+def images(shape, device):
+    """Uniform inputs of `shape` and one class in 0..10 per sample."""
+    return torch.rand(*shape, device=device), torch.randint(0, 10, (shape[0],), device=device)
+
+
+def tokens(shape, device):
+    """Byte tokens of `shape` ([batch, time]) and a next byte for every position."""
+    x = torch.randint(0, 256, shape, device=device)
+    return x, torch.randint(0, 256, (shape[0] * shape[1],), device=device)
+
+
 WORKLOADS = {
     "mlp": ("MLP 784-4096-4096-10, batch 128", lambda: mlp(4096), (128, 784)),
     "mlp-b1024": ("MLP 784-4096-4096-10, batch 1024", lambda: mlp(4096), (1024, 784)),
@@ -77,6 +117,11 @@ WORKLOADS = {
         (16, 128, 32),
     ),
     "cnn": ("CNN 3x3 convs 32-64-64 on 32x32x3, batch 64", Cnn, (64, 3, 32, 32)),
+    "gpt": (
+        "GPT example, cpu preset: decoder d=128 x4, 4 heads, context 64, batch 12",
+        Gpt,
+        (12, 64),
+    ),
     # The GPU suite's shapes (examples/gpu_suite): the MLP at batch 1024 and the encoder
     # stack at d=1024 x8, seq 1024, batch 8.
     "mlp-gpu": ("MLP 784-4096-4096-10, batch 1024", lambda: mlp(4096), (1024, 784)),
@@ -156,7 +201,7 @@ def main():
     parser.add_argument(
         "--workloads",
         default="mlp,encoder",
-        help="comma-separated: mlp, mlp-b1024, stack, encoder, cnn, mlp-gpu, encoder-gpu",
+        help="comma-separated: mlp, mlp-b1024, stack, encoder, cnn, gpt, mlp-gpu, encoder-gpu",
     )
     parser.add_argument(
         "--quick", action="store_true", help="tiny sizes: checks the script runs, figures meaningless"
@@ -186,8 +231,7 @@ def main():
     for policy, dtype in dtypes.items():
         for label, build, shape in (WORKLOADS[w] for w in names):
             torch.manual_seed(1)
-            x = torch.rand(*shape, device=device)
-            y = torch.randint(0, 10, (shape[0],), device=device)
+            x, y = (tokens if build is Gpt else images)(shape, device)
             torch.manual_seed(2)
             base = Trainer(build(), x, y, device, None)
             torch.manual_seed(2)

@@ -6,7 +6,7 @@
 //! cargo run --release --example bench -- --quick       # checks the harness runs (seconds)
 //! cargo run --release --example bench -- --threads 4   # on a pool of 4 threads
 //! cargo run --release --example bench -- --scaling     # 1, 2, 4, ... threads: the scaling table
-//! cargo run --release --example bench -- --profile cnn # one model's mixed_bfloat16 op table (encoder, cnn, mlp)
+//! cargo run --release --example bench -- --profile cnn # one model's mixed_bfloat16 op table (encoder, cnn, gpt, mlp)
 //! cargo run --release --example bench -- --profile encoder --policy float8_from_mixed_bfloat16
 //! ```
 
@@ -45,7 +45,7 @@ fn main() {
     let usage = || -> ! {
         eprintln!(
             "usage: bench [--quick] [--out FILE] [--only cpu|wgpu|cuda] [--python PATH] \
-             [--threads N] [--scaling] [--profile encoder|cnn|mlp [--policy SPEC]]"
+             [--threads N] [--scaling] [--profile encoder|cnn|gpt|mlp [--policy SPEC]]"
         );
         std::process::exit(2);
     };
@@ -139,6 +139,7 @@ fn main() {
         let workload = match name.as_str() {
             "encoder" => encoder,
             "cnn" => Workload::Cnn { batch: 64 },
+            "gpt" => Workload::GPT_CPU,
             "mlp" => mlp,
             _ => usage(),
         };
@@ -180,7 +181,11 @@ fn main() {
         let profiled = if quick {
             vec![encoder]
         } else {
-            vec![encoder, models::Workload::Cnn { batch: 64 }]
+            vec![
+                encoder,
+                models::Workload::Cnn { batch: 64 },
+                models::Workload::GPT_CPU,
+            ]
         };
         extra.push_str(&profile::section(&profiled, runs.min(3)));
         progress("PyTorch on the CPU");

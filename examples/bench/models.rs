@@ -1,13 +1,18 @@
-//! The benchmarked workloads: the Keras guide's MLP and a burn-nn Transformer encoder, each
-//! with a training step (forward, backward, optimizer step, device sync).
+//! The benchmarked workloads: the Keras guide's MLP, a linear stack, a burn-nn Transformer
+//! encoder, a small CNN and the GPT example's decoder, each with a training step (forward,
+//! backward, optimizer step, device sync).
 
 use burn::module::{AutodiffModule, Module};
+use burn::nn::attention::generate_autoregressive_mask;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::transformer::{
     TransformerEncoder, TransformerEncoderConfig, TransformerEncoderInput,
 };
-use burn::nn::{Linear, LinearConfig, PaddingConfig2d, Relu};
+use burn::nn::{
+    Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig, PaddingConfig2d,
+    Relu,
+};
 use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Distribution, Int, Tensor};
@@ -124,6 +129,59 @@ impl<B: Backend> Cnn<B> {
     }
 }
 
+/// The GPT example's decoder (its `cpu` preset's shape): token and position embeddings, a
+/// pre-norm GELU Transformer encoder under a causal mask, a final `LayerNorm`, a linear head
+/// without bias over the 256 byte values.
+#[derive(Module, Debug)]
+pub struct Gpt<B: Backend> {
+    tokens: Embedding<B>,
+    positions: Embedding<B>,
+    blocks: TransformerEncoder<B>,
+    norm: LayerNorm<B>,
+    head: Linear<B>,
+}
+
+impl<B: Backend> Gpt<B> {
+    pub fn new(
+        d_model: usize,
+        layers: usize,
+        heads: usize,
+        seq: usize,
+        device: &B::Device,
+    ) -> Self {
+        Self {
+            tokens: EmbeddingConfig::new(VOCAB, d_model).init(device),
+            positions: EmbeddingConfig::new(seq, d_model).init(device),
+            blocks: TransformerEncoderConfig::new(d_model, 4 * d_model, heads, layers)
+                .with_norm_first(true)
+                .with_dropout(0.0)
+                .init(device),
+            norm: LayerNormConfig::new(d_model).init(device),
+            head: LinearConfig::new(d_model, VOCAB)
+                .with_bias(false)
+                .init(device),
+        }
+    }
+
+    /// The next-byte logits of tokens `[batch, time]`, flattened to `[batch * time, 256]`.
+    fn forward(&self, inputs: Tensor<B, 2, Int>) -> Tensor<B, 2> {
+        let device = inputs.device();
+        let [batch, time] = inputs.dims();
+        let positions = Tensor::<B, 1, Int>::arange(0..time as i64, &device).reshape([1, time]);
+        let x = self.tokens.forward(inputs) + self.positions.forward(positions);
+        let mask = generate_autoregressive_mask::<B>(batch, time, &device);
+        let x = self
+            .blocks
+            .forward(TransformerEncoderInput::new(x).mask_attn(mask));
+        self.head
+            .forward(self.norm.forward(x))
+            .reshape([batch * time, VOCAB])
+    }
+}
+
+/// The GPT example's vocabulary: byte values.
+const VOCAB: usize = 256;
+
 /// The sizes of a workload.
 #[derive(Clone, Copy, Debug)]
 pub enum Workload {
@@ -149,9 +207,29 @@ pub enum Workload {
     Cnn {
         batch: usize,
     },
+    /// The GPU suite, which shares this file, does not train it.
+    #[allow(dead_code)]
+    Gpt {
+        d_model: usize,
+        layers: usize,
+        heads: usize,
+        seq: usize,
+        batch: usize,
+    },
 }
 
 impl Workload {
+    /// The GPT example's default (`cpu`) preset: d_model 128, 4 layers, 4 heads, context
+    /// 64, batch 12.
+    #[allow(dead_code)]
+    pub const GPT_CPU: Workload = Workload::Gpt {
+        d_model: 128,
+        layers: 4,
+        heads: 4,
+        seq: 64,
+        batch: 12,
+    };
+
     /// The parameters of the workload's model.
     pub fn params(&self) -> usize {
         match *self {
@@ -166,6 +244,17 @@ impl Workload {
             } => layers * d_model * d_model * 12,
             Workload::Cnn { .. } => {
                 3 * 32 * 9 + 32 + 32 * 64 * 9 + 64 + 64 * 64 * 9 + 64 + 64 * 64 * 10 + 10
+            }
+            Workload::Gpt {
+                d_model,
+                layers,
+                seq,
+                ..
+            } => {
+                (VOCAB + seq) * d_model
+                    + layers * (12 * d_model + 13) * d_model
+                    + 2 * d_model
+                    + d_model * VOCAB
             }
         }
     }
@@ -187,6 +276,15 @@ impl Workload {
                 format!("Transformer encoder d={d_model} x{layers}, seq {seq}, batch {batch}")
             }
             Self::Cnn { batch } => format!("CNN 3x3 convs 32-64-64 on 32x32x3, batch {batch}"),
+            Self::Gpt {
+                d_model,
+                layers,
+                heads,
+                seq,
+                batch,
+            } => format!(
+                "GPT example, cpu preset: decoder d={d_model} x{layers}, {heads} heads, context {seq}, batch {batch}"
+            ),
         }
     }
 }
@@ -245,6 +343,14 @@ fn data<B: Backend>(workload: Workload, device: &B::Device) -> (Tensor<B, 3>, Te
         Workload::Stack { width, batch, .. } => ([batch, 1, width], batch),
         Workload::Encoder { seq, batch, .. } => ([batch, seq, 32], batch),
         Workload::Cnn { batch } => ([batch, 3, 32 * 32], batch),
+        Workload::Gpt { seq, batch, .. } => {
+            // Byte tokens (carried as floats, as every workload's input is) and a next byte
+            // for every position.
+            let bytes = Distribution::Uniform(0.0, VOCAB as f64 - 0.01);
+            let x = Tensor::<B, 3>::random([batch, seq, 1], bytes, device);
+            let y = Tensor::<B, 1>::random([batch * seq], bytes, device).int();
+            return (x, y);
+        }
     };
     let x = Tensor::random(shape, Distribution::Default, device);
     let y = Tensor::<B, 1>::random([batch], Distribution::Uniform(0.0, 9.99), device).int();
@@ -266,6 +372,10 @@ fn encoder_forward<B: Backend>(m: &Encoder<B>, x: &Tensor<B, 3>) -> Tensor<B, 2>
 fn cnn_forward<B: Backend>(m: &Cnn<B>, x: &Tensor<B, 3>) -> Tensor<B, 2> {
     let [batch, ..] = x.dims();
     m.forward(x.clone().reshape([batch, 3, 32, 32]))
+}
+
+fn gpt_forward<B: Backend>(m: &Gpt<B>, x: &Tensor<B, 3>) -> Tensor<B, 2> {
+    m.forward(x.clone().squeeze_dim::<2>(2).int())
 }
 
 /// Which optimizer a step trains with: Burn's Adam, or burn-amp's fused one (Adam: no
@@ -367,6 +477,22 @@ pub fn bare_with<B: AutodiffBackend>(
             y,
             core::convert::identity
         ),
+        Workload::Gpt {
+            d_model,
+            layers,
+            heads,
+            seq,
+            ..
+        } => trainer!(
+            opt,
+            B,
+            Gpt,
+            Gpt::<B>::new(d_model, layers, heads, seq, device),
+            gpt_forward::<B>,
+            x,
+            y,
+            core::convert::identity
+        ),
     }
 }
 
@@ -425,6 +551,22 @@ pub fn mixed_with<B: AutodiffBackend>(
             Cnn,
             Cnn::<M<B>>::new(device),
             cnn_forward::<M<B>>,
+            x,
+            y,
+            LossScaleOptimizer::new
+        ),
+        Workload::Gpt {
+            d_model,
+            layers,
+            heads,
+            seq,
+            ..
+        } => trainer!(
+            opt,
+            M<B>,
+            Gpt,
+            Gpt::<M<B>>::new(d_model, layers, heads, seq, device),
+            gpt_forward::<M<B>>,
             x,
             y,
             LossScaleOptimizer::new

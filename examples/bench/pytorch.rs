@@ -60,7 +60,7 @@ pub fn section(quick: bool, python: &str, bf16_dot: bool) -> (String, Vec<TorchR
             (
                 vec![
                     "--workloads",
-                    "mlp,mlp-b1024,stack,encoder,cnn",
+                    "mlp,mlp-b1024,stack,encoder,cnn,gpt",
                     "--policies",
                     "mixed_bfloat16",
                     "--runs",
