@@ -18,6 +18,7 @@ use rayon::prelude::*;
 
 use crate::models::{Opt, Workload, bare_with, mixed_with};
 use crate::phases::{Phases, time_pair_phases};
+use crate::pytorch::Torch;
 use crate::stats::{Summary, time_pair};
 use crate::{Goal, Row, progress};
 
@@ -32,8 +33,9 @@ pub fn has_bf16_dot() -> bool {
 /// with FusedAdamW (PyTorch trains with its own Adam, which is one pass too).
 pub type OurSteps = Vec<(Workload, String, f64)>;
 
-/// The CPU rows, the phase breakdown (Markdown), and burn-amp's steps for the PyTorch rows.
-pub fn rows(quick: bool, runs: usize) -> (Vec<Row>, String, OurSteps) {
+/// The CPU rows, the phase breakdown (Markdown), and burn-amp's steps for the PyTorch rows;
+/// `torch` runs PyTorch's steps of each workload right after burn-amp's FusedAdamW steps.
+pub fn rows(quick: bool, runs: usize, torch: &mut Torch) -> (Vec<Row>, String, OurSteps) {
     let mut rows = casts(quick, runs);
     rows.extend(matmuls(quick, runs));
     let mut breakdown = String::new();
@@ -94,6 +96,10 @@ pub fn rows(quick: bool, runs: usize) -> (Vec<Row>, String, OurSteps) {
     let mut ours = OurSteps::new();
     for (workload, detailed) in workloads {
         let (r, md, phases) = steps(workload, runs, detailed, Opt::FusedAdam);
+        if let Some(key) = torch_key(workload) {
+            progress(&format!("PyTorch on the CPU: {}", workload.describe()));
+            torch.workload(key);
+        }
         rows.extend(r);
         fused_md.push_str(&md);
         for (policy, p) in &phases {
@@ -111,6 +117,34 @@ pub fn rows(quick: bool, runs: usize) -> (Vec<Row>, String, OurSteps) {
         breakdown + "\n### The same steps with FusedAdamW on both sides\n" + &fused_md,
         ours,
     )
+}
+
+/// The name `benches/pytorch_mlp.py` gives `workload`, where it trains it.
+fn torch_key(workload: Workload) -> Option<&'static str> {
+    match workload {
+        Workload::Mlp {
+            width: 4096,
+            batch: 128,
+        } => Some("mlp"),
+        Workload::Mlp {
+            width: 4096,
+            batch: 1024,
+        } => Some("mlp-b1024"),
+        Workload::Stack {
+            width: 1024,
+            layers: 4,
+            batch: 512,
+        } => Some("stack"),
+        Workload::Encoder {
+            d_model: 256,
+            layers: 4,
+            seq: 128,
+            batch: 16,
+        } => Some("encoder"),
+        Workload::Cnn { batch: 64 } => Some("cnn"),
+        w if w == Workload::GPT_CPU => Some("gpt"),
+        _ => None,
+    }
 }
 
 /// burn-amp's steps against PyTorch's on the same workloads, same run: each mixed policy

@@ -159,7 +159,8 @@ fn main() {
     let mut extra = String::new();
     if run("cpu") {
         progress("CPU kernels and steps on Flex");
-        let (cpu_rows, breakdown, ours) = cpu::rows(quick, runs);
+        let mut torch = pytorch::Torch::new(quick, &python, cpu::has_bf16_dot());
+        let (cpu_rows, breakdown, ours) = cpu::rows(quick, runs, &mut torch);
         rows.extend(cpu_rows);
         progress("peak memory on Flex");
         rows.extend(training::memory::<Autodiff<Flex>>(
@@ -189,7 +190,7 @@ fn main() {
         };
         extra.push_str(&profile::section(&profiled, runs.min(3)));
         progress("PyTorch on the CPU");
-        let (torch_md, torch) = pytorch::section(quick, &python, cpu::has_bf16_dot());
+        let (torch_md, torch) = torch.finish();
         rows.extend(cpu::torch_rows(&ours, &torch));
         extra.push_str(&torch_md);
     }

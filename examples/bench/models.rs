@@ -183,7 +183,7 @@ impl<B: Backend> Gpt<B> {
 const VOCAB: usize = 256;
 
 /// The sizes of a workload.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Workload {
     Mlp {
         width: usize,

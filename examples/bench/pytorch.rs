@@ -1,5 +1,6 @@
 //! PyTorch's CPU autocast on the same workloads, in the same run: `benches/pytorch_mlp.py`
-//! when `torch` imports, else a line saying it did not.
+//! when `torch` imports (each workload right after burn-amp's steps of it), else a line
+//! saying it did not.
 
 use std::process::Command;
 
@@ -32,45 +33,85 @@ fn parse(table: &str) -> Vec<TorchRow> {
         .collect()
 }
 
-/// The section (Markdown) with PyTorch's table, or why there is none, and the table's rows.
-/// `python` is the interpreter to run (one whose `torch` imports); `bf16_dot`: whether the
-/// CPU has avx512_bf16.
-pub fn section(quick: bool, python: &str, bf16_dot: bool) -> (String, Vec<TorchRow>) {
-    let mut md = String::from("\n### PyTorch's CPU autocast, same machine, same run\n\n");
-    let import = Command::new(python).args(["-c", "import torch"]).output();
-    if !import.is_ok_and(|o| o.status.success()) {
-        md.push_str(&format!(
-            "Not run: `{python} -c \"import torch\"` failed here (install PyTorch, e.g. \
-             `pip install torch`, and rerun, with `--python PATH` for a virtual \
-             environment's interpreter).\n"
-        ));
-        return (md, Vec::new());
+/// PyTorch's side of the comparison, run one workload at a time, each right after
+/// burn-amp's steps of it (this shared machine's speed drifts over minutes; a ratio of
+/// two timings seconds apart drifts less), then `finish` for what is run once.
+pub struct Torch {
+    python: String,
+    md: String,
+    rows: Vec<TorchRow>,
+    /// Whether `torch` imported: nothing runs otherwise.
+    up: bool,
+    quick: bool,
+    /// Whether the CPU has avx512_bf16 (PyTorch's bf16 autocast takes a fast path).
+    bf16_dot: bool,
+}
+
+impl Torch {
+    /// `python` is the interpreter to run (one whose `torch` imports); `bf16_dot`: whether
+    /// the CPU has avx512_bf16.
+    pub fn new(quick: bool, python: &str, bf16_dot: bool) -> Torch {
+        let mut md = String::from("\n### PyTorch's CPU autocast, same machine, same run\n\n");
+        let import = Command::new(python).args(["-c", "import torch"]).output();
+        let up = import.is_ok_and(|o| o.status.success());
+        if !up {
+            md.push_str(&format!(
+                "Not run: `{python} -c \"import torch\"` failed here (install PyTorch, e.g. \
+                 `pip install torch`, and rerun, with `--python PATH` for a virtual \
+                 environment's interpreter).\n"
+            ));
+        } else if bf16_dot && !quick {
+            md.push_str(
+                "Each workload's PyTorch steps run right after burn-amp's steps of it (the \
+                 FusedAdamW table above).\n\n",
+            );
+        }
+        Torch {
+            python: python.to_string(),
+            md,
+            rows: Vec::new(),
+            up,
+            quick,
+            bf16_dot,
+        }
     }
-    // The invocations: (arguments, a sentence on why they are what they are).
-    let runs: Vec<(Vec<&str>, &str)> = if quick {
-        vec![(
-            vec!["--workloads", "mlp", "--runs", "1", "--warmup", "0"]
-                .into_iter()
-                .chain(["--policies", "mixed_bfloat16", "--quick"])
-                .collect(),
-            "",
-        )]
-    } else if bf16_dot {
-        vec![
-            (
-                vec![
-                    "--workloads",
-                    "mlp,mlp-b1024,stack,encoder,cnn,gpt",
-                    "--policies",
-                    "mixed_bfloat16",
-                    "--runs",
-                    "7",
-                ],
+
+    /// PyTorch's `mixed_bfloat16` steps of the script's workload `key`, where this CPU
+    /// takes PyTorch's fast path (the full run); nothing otherwise.
+    pub fn workload(&mut self, key: &str) {
+        if !self.up || self.quick || !self.bf16_dot {
+            return;
+        }
+        let args = [
+            "--workloads",
+            key,
+            "--policies",
+            "mixed_bfloat16",
+            "--runs",
+            "7",
+        ];
+        let rows = run(&self.python, &args, &mut self.md);
+        self.rows.extend(rows);
+    }
+
+    /// The runs made once, then the section (Markdown) and all of PyTorch's rows.
+    pub fn finish(mut self) -> (String, Vec<TorchRow>) {
+        if !self.up {
+            return (self.md, self.rows);
+        }
+        // The invocations: (arguments, a sentence on why they are what they are).
+        let runs: Vec<(Vec<&str>, &str)> = if self.quick {
+            vec![(
+                vec!["--workloads", "mlp", "--runs", "1", "--warmup", "0"]
+                    .into_iter()
+                    .chain(["--policies", "mixed_bfloat16", "--quick"])
+                    .collect(),
                 "",
-            ),
+            )]
+        } else if self.bf16_dot {
             // x86 without avx512_fp16 or AMX-FP16 has no f16 dot product: PyTorch's f16
             // CPU matmuls take a slow path (tens of times float32), so one timed step.
-            (
+            vec![(
                 vec![
                     "--workloads",
                     "mlp",
@@ -85,24 +126,24 @@ pub fn section(quick: bool, python: &str, bf16_dot: bool) -> (String, Vec<TorchR
                  PyTorch's f16 CPU matmuls take a slow path: one timed step of the MLP (its \
                  float32 column is one cold step too; the comparison rows use the float32 \
                  step of the table above).\n\n",
-            ),
-        ]
-    } else {
-        // Without avx512_bf16 PyTorch's 16-bit CPU matmuls take a slow path (about 80x
-        // float32 on the MLP): one timed step of the two MLP-like workloads shows it.
-        vec![(
-            vec!["--workloads", "mlp,stack", "--runs", "1", "--warmup", "1"],
-            "This CPU lacks avx512_bf16: PyTorch's bf16 and f16 CPU matmuls take a slow \
-             path, so only the batch-128 MLP and the linear stack ran, one timed step \
-             each.\n\n",
-        )]
-    };
-    let mut rows = Vec::new();
-    for (args, why) in runs {
-        md.push_str(why);
-        rows.extend(run(python, &args, &mut md));
+            )]
+        } else {
+            // Without avx512_bf16 PyTorch's 16-bit CPU matmuls take a slow path (about 80x
+            // float32 on the MLP): one timed step of the two MLP-like workloads shows it.
+            vec![(
+                vec!["--workloads", "mlp,stack", "--runs", "1", "--warmup", "1"],
+                "This CPU lacks avx512_bf16: PyTorch's bf16 and f16 CPU matmuls take a slow \
+                 path, so only the batch-128 MLP and the linear stack ran, one timed step \
+                 each.\n\n",
+            )]
+        };
+        for (args, why) in runs {
+            self.md.push_str(why);
+            let rows = run(&self.python, &args, &mut self.md);
+            self.rows.extend(rows);
+        }
+        (self.md, self.rows)
     }
-    (md, rows)
 }
 
 /// Runs the script with `args`, appends its table (or why there is none) to `md`.
