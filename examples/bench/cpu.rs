@@ -39,13 +39,16 @@ pub fn rows(quick: bool, runs: usize, torch: &mut Torch) -> (Vec<Row>, String, O
     let mut rows = casts(quick, runs);
     rows.extend(matmuls(quick, runs));
     let mut breakdown = String::new();
-    let workloads: Vec<(Workload, bool)> = if quick {
+    // Each workload, whether its phases are detailed, and the name PyTorch's script gives it
+    // (`benches/pytorch_mlp.py --workloads`), where it trains it.
+    let workloads: Vec<(Workload, bool, Option<&str>)> = if quick {
         vec![(
             Workload::Mlp {
                 width: 64,
                 batch: 8,
             },
             true,
+            None,
         )]
     } else {
         vec![
@@ -55,6 +58,7 @@ pub fn rows(quick: bool, runs: usize, torch: &mut Torch) -> (Vec<Row>, String, O
                     batch: 128,
                 },
                 true,
+                Some("mlp"),
             ),
             (
                 Workload::Mlp {
@@ -62,6 +66,7 @@ pub fn rows(quick: bool, runs: usize, torch: &mut Torch) -> (Vec<Row>, String, O
                     batch: 1024,
                 },
                 false,
+                Some("mlp-b1024"),
             ),
             (
                 Workload::Stack {
@@ -70,6 +75,7 @@ pub fn rows(quick: bool, runs: usize, torch: &mut Torch) -> (Vec<Row>, String, O
                     batch: 512,
                 },
                 false,
+                Some("stack"),
             ),
             (
                 Workload::Encoder {
@@ -79,12 +85,13 @@ pub fn rows(quick: bool, runs: usize, torch: &mut Torch) -> (Vec<Row>, String, O
                     batch: 16,
                 },
                 false,
+                Some("encoder"),
             ),
-            (Workload::Cnn { batch: 64 }, false),
-            (Workload::GPT_CPU, false),
+            (Workload::Cnn { batch: 64 }, false, Some("cnn")),
+            (Workload::GPT_CPU, false, Some("gpt")),
         ]
     };
-    for (workload, detailed) in workloads.iter().copied() {
+    for (workload, detailed, _) in workloads.iter().copied() {
         let (r, md, _) = steps(workload, runs, detailed, Opt::BurnAdam);
         rows.extend(r);
         breakdown.push_str(&md);
@@ -94,9 +101,9 @@ pub fn rows(quick: bool, runs: usize, torch: &mut Torch) -> (Vec<Row>, String, O
     let mut fused_md = String::new();
     let mut fused_mlp = None;
     let mut ours = OurSteps::new();
-    for (workload, detailed) in workloads {
+    for (workload, detailed, torch_key) in workloads {
         let (r, md, phases) = steps(workload, runs, detailed, Opt::FusedAdam);
-        if let Some(key) = torch_key(workload) {
+        if let Some(key) = torch_key {
             progress(&format!("PyTorch on the CPU: {}", workload.describe()));
             torch.workload(key);
         }
@@ -117,34 +124,6 @@ pub fn rows(quick: bool, runs: usize, torch: &mut Torch) -> (Vec<Row>, String, O
         breakdown + "\n### The same steps with FusedAdamW on both sides\n" + &fused_md,
         ours,
     )
-}
-
-/// The name `benches/pytorch_mlp.py` gives `workload`, where it trains it.
-fn torch_key(workload: Workload) -> Option<&'static str> {
-    match workload {
-        Workload::Mlp {
-            width: 4096,
-            batch: 128,
-        } => Some("mlp"),
-        Workload::Mlp {
-            width: 4096,
-            batch: 1024,
-        } => Some("mlp-b1024"),
-        Workload::Stack {
-            width: 1024,
-            layers: 4,
-            batch: 512,
-        } => Some("stack"),
-        Workload::Encoder {
-            d_model: 256,
-            layers: 4,
-            seq: 128,
-            batch: 16,
-        } => Some("encoder"),
-        Workload::Cnn { batch: 64 } => Some("cnn"),
-        w if w == Workload::GPT_CPU => Some("gpt"),
-        _ => None,
-    }
 }
 
 /// burn-amp's steps against PyTorch's on the same workloads, same run: each mixed policy

@@ -183,7 +183,7 @@ impl<B: Backend> Gpt<B> {
 const VOCAB: usize = 256;
 
 /// The sizes of a workload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub enum Workload {
     Mlp {
         width: usize,
