@@ -27,6 +27,17 @@ use super::Isa;
 use super::cast::{self, CpuFloat};
 use super::erased::{Floats, FloatsMut, typed, typed_mut};
 
+/// Values one job of `im2col` or `col2im` copies at least: rows (or planes) go to rayon's
+/// threads in groups this large. A convolution split over the batch calls these from each
+/// thread's own run of samples, where splitting again row by row only moves rows between
+/// busy threads: on 16 cores, grouping them took a small CNN's step from 16.6 to 11.7 ms.
+const JOB_VALUES: usize = 1 << 17;
+
+/// Rows of `per_row` values each that one job takes, for at least [`JOB_VALUES`] values.
+fn rows_per_job(per_row: usize) -> usize {
+    JOB_VALUES.div_ceil(per_row.max(1))
+}
+
 /// Why a convolution was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -255,6 +266,7 @@ fn im2col_typed<S: CpuFloat, D: CpuFloat>(
     }
     cols.par_chunks_mut(width)
         .enumerate()
+        .with_min_len(rows_per_job(width))
         .for_each(|(k, row)| im2col_row(isa, shape, x, samples.clone(), k, row));
     Ok(())
 }
@@ -410,6 +422,7 @@ pub fn col2im(
     }
     dx.par_chunks_mut(h * w)
         .enumerate()
+        .with_min_len(rows_per_job(h * w))
         .for_each(|(p, plane)| col2im_plane(shape, dcols, width, p, plane));
     Ok(())
 }

@@ -226,7 +226,10 @@ fn column_sums(isa: Isa, g: &FlexTensor, dtype: DType) -> FlexTensor {
         (0..rows.div_ceil(chunk))
             .into_par_iter()
             .map(|c| partial(c * chunk..rows.min((c + 1) * chunk)))
-            .reduce(|| vec![0f32; cols], |mut a, b| {
+            .collect::<Vec<_>>()
+            .into_iter()
+            // The chunks' sums added in order: the same bits however rayon splits the work.
+            .fold(vec![0f32; cols], |mut a, b| {
                 a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
                 a
             })
