@@ -280,8 +280,13 @@ impl Accumulator {
         let (ptr, in_place) = if C::FORMAT == Format::F32 {
             (c.0.cast::<f32>(), true)
         } else {
-            own.clear();
-            own.resize(m * n, 0.0);
+            // The first KC step writes every entry before any is read (as it does C when C
+            // is f32), so the buffer kept from the last product is reused as it is: grown
+            // (zero-filled) when too small, never cleared, which on a 4096 x 4096 product
+            // was a 64 MiB memset on one thread.
+            if own.len() < m * n {
+                own.resize(m * n, 0.0);
+            }
             (own.as_mut_ptr(), false)
         };
         Accumulator {
