@@ -28,7 +28,7 @@
 use burn_amp_kernels::cpu::cast::Format;
 use burn_amp_kernels::cpu::nn::BinaryOp;
 use burn_tensor::backend::Backend;
-use burn_tensor::ops::FloatTensor;
+use burn_tensor::ops::{BoolTensor, FloatTensor};
 use burn_tensor::{DType, FloatDType, Scalar, TensorMetadata};
 
 use crate::context::{self, OpContext};
@@ -128,6 +128,28 @@ pub(crate) fn arithmetic_scalar<B: Backend>(
         };
     }
     inner(x, s)
+}
+
+/// `mask_fill`: forwarded, except that a 16-bit tensor runs on burn-amp's select kernel
+/// where the policy routes (the mask read through its broadcast strides rather than
+/// expanded, with the op's own backward pass).
+pub(crate) fn mask_fill<B: Backend>(
+    row: OpRow,
+    x: FloatTensor<B>,
+    mask: BoolTensor<B>,
+    value: Scalar,
+    inner: fn(FloatTensor<B>, BoolTensor<B>, Scalar) -> FloatTensor<B>,
+) -> FloatTensor<B> {
+    let _op = row.record(Some(x.dtype()));
+    if is_reduced(dtype::<B>(&x))
+        && let Some(ops) = context::of::<B>(&x).routed_ops()
+    {
+        return match (ops.mask_fill)(x, mask, value.elem::<f64>()) {
+            Routed::Ran(out) => out,
+            Routed::Declined((x, mask)) => inner(x, mask, value),
+        };
+    }
+    inner(x, mask, value)
 }
 
 /// Whether any of the tensors is f64 (never narrowed: the op goes to the backend as is).

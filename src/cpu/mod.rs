@@ -5,7 +5,8 @@
 //! hands to burn-amp's kernels instead of the inner backend's: the casts of its casting
 //! rules; compute-class matmuls, linears and convolutions that read operands of any float
 //! dtype and round them while packing; and under a mixed policy the ops around them
-//! (softmax, layer norm, GELU, ReLU, arithmetic, reshapes of views, dropout masks), each
+//! (softmax, layer norm, GELU, ReLU, arithmetic, `mask_fill`, reshapes of views, dropout
+//! masks), each
 //! one op with its own backward pass. The ops are plain function pointers ([`RoutedOps`]),
 //! which the registry of backend capabilities (`crate::registry`) records for Flex and
 //! `Autodiff<Flex>` (both checkpointing strategies); every other backend runs its own ops.
@@ -17,7 +18,7 @@ use burn_amp_kernels::cpu::cast::Format;
 use burn_amp_kernels::cpu::nn::BinaryOp;
 use burn_amp_kernels::cpu::optim::AdamwStep;
 use burn_tensor::backend::Backend;
-use burn_tensor::ops::FloatTensor;
+use burn_tensor::ops::{BoolTensor, FloatTensor};
 use burn_tensor::{DType, FloatDType, Shape};
 
 #[cfg(feature = "flex")]
@@ -111,6 +112,10 @@ pub(crate) type BinaryFn<B> =
 /// `x op s`.
 pub(crate) type ScalarFn<B> = fn(Isa, BinaryOp, FloatTensor<B>, f32) -> Tried<B, FloatTensor<B>>;
 
+/// `tensor` with `value` where `mask` is set, or both back.
+pub(crate) type MaskFillFn<B> =
+    fn(FloatTensor<B>, BoolTensor<B>, f64) -> Tried<B, (FloatTensor<B>, BoolTensor<B>)>;
+
 /// A parameter's AdamW state: its moments and its step count (a one-value f32 tensor, so
 /// that a step skipped on the device does not count).
 pub(crate) struct AdamwState<T> {
@@ -174,6 +179,8 @@ pub(crate) struct RoutedOps<B: Backend> {
     pub binary: BinaryFn<B>,
     /// `x op s`, in `x`'s dtype.
     pub scalar: ScalarFn<B>,
+    /// `mask_fill`, in the tensor's dtype, the mask read through its broadcast strides.
+    pub mask_fill: MaskFillFn<B>,
     /// A tensor of Bernoulli(`p`) draws, `p` in `[0, 1]`, in the dtype: dropout's mask.
     pub bernoulli: fn(Isa, Shape, f64, DType) -> FloatTensor<B>,
     /// The tensor in row-major order (itself when it is): before a reshape that would

@@ -318,6 +318,76 @@ fn arithmetic_on_16_bit_activations_matches_flex() {
 }
 
 #[test]
+fn mask_fill_matches_flex_forward_and_backward_with_broadcast_and_strided_masks() {
+    use burn::tensor::Bool;
+    let shape = [2, 3, 5, 6];
+    let x = scores(2 * 3 * 5, 6, 11);
+    // Bits from a fixed draw: set where the draw is above 0.3.
+    let bits = |n: usize, seed: u64| -> Vec<bool> {
+        Lcg::new(seed)
+            .vec(n, 1.0)
+            .iter()
+            .map(|v| *v > 0.3)
+            .collect()
+    };
+    // Each mask made by `m` on the backend's own tensors: the whole shape, broadcast along
+    // the heads (attention's), along everything but the last dimension, along the last
+    // (whole rows), and a transposed view.
+    fn masks<B: Backend>(bits: &dyn Fn(usize, u64) -> Vec<bool>) -> Vec<Tensor<B, 4, Bool>> {
+        let device = Default::default();
+        let mask = |dims: [usize; 4], seed| {
+            let n = dims.iter().product();
+            Tensor::<B, 4, Bool>::from_data(TensorData::new(bits(n, seed), dims), &device)
+        };
+        vec![
+            mask([2, 3, 5, 6], 1),
+            mask([2, 1, 5, 6], 2),
+            mask([1, 1, 1, 6], 3),
+            mask([2, 1, 5, 1], 5),
+            mask([2, 1, 6, 5], 4).swap_dims(2, 3),
+        ]
+    }
+    let ours = masks::<Ad>(&bits);
+    let flex = masks::<Bare>(&bits);
+    for policy in MIXED {
+        for dtype in [FloatDType::BF16, FloatDType::F16, FloatDType::F32] {
+            for (i, (m, f)) in ours.iter().zip(&flex).enumerate() {
+                for value in [-1024.0f32, f32::NEG_INFINITY] {
+                    let (m, f) = (m.clone(), f.clone());
+                    against_flex(
+                        &format!("mask_fill, mask {i}, {value}"),
+                        policy,
+                        (&x, shape, dtype),
+                        move |x| x.mask_fill(m.clone(), value),
+                        move |x| x.mask_fill(f.clone(), value),
+                        0.0,
+                    );
+                }
+            }
+        }
+    }
+    // A 16-bit tensor's op and its gradient run on the kernel (the backward pass is burn-amp's).
+    let (_, profile) = cost::profile(|| {
+        with_policy(Policy::mixed_bfloat16(), || {
+            let xt = tensor::<Ad, 4>(&x, shape, FloatDType::BF16).require_grad();
+            let y = xt.clone().mask_fill(ours[1].clone(), -1024.0);
+            let grads = y.cast(FloatDType::F32).sum().backward();
+            let g = values(xt.grad(&grads).unwrap());
+            let m = values(ours[1].clone().expand(shape).float());
+            assert!(
+                g.iter()
+                    .zip(&m)
+                    .all(|(g, m)| *g == if *m == 1.0 { 0.0 } else { 1.0 })
+            );
+        })
+    });
+    assert!(
+        profile.entries().any(|e| e.op == "mask_fill (backward)"),
+        "the backward pass is burn-amp's: {profile}"
+    );
+}
+
+#[test]
 fn reshapes_of_transposed_views_keep_values_and_gradients() {
     let x = Lcg::new(8).vec(2 * 5 * 4 * 3, 2.0);
     for policy in MIXED {

@@ -44,6 +44,7 @@ const ADD_SCALAR: OpRow = OpRow::new("float_add_scalar", OpClass::Forwarded);
 const SUB_SCALAR: OpRow = OpRow::new("float_sub_scalar", OpClass::Forwarded);
 const MUL_SCALAR: OpRow = OpRow::new("float_mul_scalar", OpClass::Forwarded);
 const DIV_SCALAR: OpRow = OpRow::new("float_div_scalar", OpClass::Forwarded);
+const MASK_FILL: OpRow = OpRow::new("float_mask_fill", OpClass::Forwarded);
 const RANDOM: OpRow = OpRow::new("float_random", OpClass::Create);
 const RESHAPE: OpRow = OpRow::new("float_reshape", OpClass::Forwarded);
 const SWAP_DIMS: OpRow = OpRow::new("float_swap_dims", OpClass::Forwarded);
@@ -59,7 +60,7 @@ const SELECT_ADD: OpRow = OpRow::new("float_select_add", autocast::class::to_dty
 const SCATTER_ND: OpRow = OpRow::new("float_scatter_nd", autocast::class::to_dtype_of_first);
 
 /// Every op of `FloatTensorOps` written out below: the class table's rows for them.
-const WRITTEN: [OpRow; 25] = [
+const WRITTEN: [OpRow; 26] = [
     MATMUL.row,
     CAST,
     SET_REQUIRE_GRAD,
@@ -72,6 +73,7 @@ const WRITTEN: [OpRow; 25] = [
     SUB_SCALAR,
     MUL_SCALAR,
     DIV_SCALAR,
+    MASK_FILL,
     RANDOM,
     RESHAPE,
     SWAP_DIMS,
@@ -151,7 +153,6 @@ macro_rules! float_forwarded {
             fn float_gather_nd(_data: FloatTensor<Self>, _indices: IntTensor<Self>) -> FloatTensor<Self>;
             fn float_select(tensor: FloatTensor<Self>, dim: usize, indices: IntTensor<Self>) -> FloatTensor<Self>;
             fn float_slice(tensor: FloatTensor<Self>, slices: &[Slice]) -> FloatTensor<Self>;
-            fn float_mask_fill(tensor: FloatTensor<Self>, mask: BoolTensor<Self>, value: Scalar) -> FloatTensor<Self>;
             fn float_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
             fn float_not_equal_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
             fn float_greater_elem(lhs: FloatTensor<Self>, rhs: Scalar, out_dtype: BoolDType) -> BoolTensor<Self>;
@@ -291,6 +292,14 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
 
     fn float_div_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         autocast::arithmetic_scalar::<B>(BinaryOp::Div, DIV_SCALAR, lhs, rhs, B::float_div_scalar)
+    }
+
+    fn float_mask_fill(
+        tensor: FloatTensor<Self>,
+        mask: BoolTensor<Self>,
+        value: Scalar,
+    ) -> FloatTensor<Self> {
+        autocast::mask_fill::<B>(MASK_FILL, tensor, mask, value, B::float_mask_fill)
     }
 
     /// Creation class. Under a mixed policy whose backend has burn-amp's kernels, a

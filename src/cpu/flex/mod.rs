@@ -123,6 +123,17 @@ fn scalar(isa: Isa, op: BinaryOp, x: FlexTensor, s: f32) -> Routed<FlexTensor, F
     Routed::Ran(nn::scalar(isa, op, &x, s, x.dtype()))
 }
 
+fn mask_fill(
+    x: FlexTensor,
+    mask: FlexTensor,
+    value: f64,
+) -> Routed<FlexTensor, (FlexTensor, FlexTensor)> {
+    if !nn::takes_mask(&x, &mask) {
+        return Routed::Declined((x, mask));
+    }
+    Routed::Ran(nn::mask_fill(&x, &mask, value))
+}
+
 fn autodiff_bernoulli<C: CheckpointStrategy>(
     isa: Isa,
     shape: Shape,
@@ -150,6 +161,7 @@ pub(crate) fn ops(isa: Isa) -> RoutedOps<Flex> {
         relu,
         binary,
         scalar,
+        mask_fill,
         bernoulli: nn::bernoulli,
         contiguous: |x| layout::contiguous(&x),
         swap_dims: <Flex as burn_tensor::ops::FloatTensorOps<Flex>>::float_swap_dims,
@@ -172,6 +184,7 @@ pub(crate) fn autodiff_ops<C: CheckpointStrategy>(isa: Isa) -> RoutedOps<Autodif
         relu: autodiff::relu::<C>,
         binary: autodiff::binary::<C>,
         scalar: autodiff::scalar::<C>,
+        mask_fill: autodiff::mask_fill::<C>,
         bernoulli: autodiff_bernoulli::<C>,
         contiguous: autodiff::contiguous::<C>,
         swap_dims: autodiff::swap_dims::<C>,

@@ -1,5 +1,5 @@
 //! The `nn` kernels (`burn_amp_kernels::cpu::nn`) on Flex tensors: softmax, layer norm,
-//! GELU, elementwise arithmetic and dropout masks, forward and backward, each reading its
+//! GELU, elementwise arithmetic, dropout masks and `mask_fill`, forward and backward, each reading its
 //! operands in their own dtype (a view is made contiguous first) and writing a new
 //! contiguous tensor. `takes_*` say which tensors they take; the rest go to Flex.
 
@@ -8,7 +8,7 @@ use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::nn::{self, BinaryOp, LayerNormStats};
 use burn_tensor::ops::IntTensorOps;
-use burn_tensor::{DType, Distribution, IntDType, Shape};
+use burn_tensor::{BoolStore, DType, Distribution, ElementConversion, IntDType, Shape};
 
 use super::layout::contiguous;
 use super::tensor::{format, from_vec, values, values_f32, zeros};
@@ -220,4 +220,45 @@ fn key() -> [u32; 2] {
 pub(crate) fn bernoulli(isa: Isa, shape: Shape, p: f64, dtype: DType) -> FlexTensor {
     let key = key();
     new_tensor!(shape, dtype, y => nn::bernoulli(isa, key, p, y))
+}
+
+/// Whether the mask kernel takes `x` masked by `mask`: a float dtype it reads, a mask of one
+/// byte a value (`Bool(Native)` or `Bool(U8)`) and of `x`'s rank, each dimension `x`'s or 1.
+pub(crate) fn takes_mask(x: &FlexTensor, mask: &FlexTensor) -> bool {
+    let (xs, ms) = (x.layout().shape(), mask.layout().shape());
+    format(x.dtype()).is_some()
+        && matches!(mask.dtype(), DType::Bool(BoolStore::Native | BoolStore::U8))
+        && xs.num_dims() == ms.num_dims()
+        && xs
+            .as_slice()
+            .iter()
+            .zip(ms.as_slice())
+            .all(|(x, m)| m == x || *m == 1)
+}
+
+/// `x` with `value` where `mask` is set, in `x`'s dtype (`value` rounded to it as Flex
+/// rounds it): the mask read through its strides, broadcast along its dimensions of 1.
+pub(crate) fn mask_fill(x: &FlexTensor, mask: &FlexTensor, value: f64) -> FlexTensor {
+    let x = contiguous(x);
+    let shape = x.layout().shape().clone();
+    let layout = mask.layout();
+    // A dimension of 1 is read at index 0 whatever the tensor's index: stride 0.
+    let strides: Vec<isize> = layout
+        .shape()
+        .as_slice()
+        .iter()
+        .zip(layout.strides())
+        .map(|(d, s)| if *d == 1 { 0 } else { *s })
+        .collect();
+    let mask_layout = nn::MaskLayout {
+        shape: shape.as_slice(),
+        strides: &strides,
+        offset: layout.start_offset(),
+    };
+    with_float!(x.dtype(), T => {
+        let mut out = zeros::<T>(shape.num_elements());
+        nn::mask_fill(values::<T>(&x), mask.bytes(), mask_layout, value.elem::<T>(), &mut out)
+            .expect("a mask of x's rank (`takes_mask`), inside its own bytes");
+        from_vec::<T>(out, shape)
+    })
 }

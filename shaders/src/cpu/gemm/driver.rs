@@ -8,16 +8,17 @@
 //!       for each NR, MR tile:  kernel (written on the first KC, added on the next)
 //! ```
 //!
-//! A larger one is cut into a grid of tasks, MC rows by a chunk of columns, so that threads
-//! share the work along both sides of C (a product of few rows still spreads over its
-//! columns) and share the packed operands (`grid`): for each KC of k, A's blocks and B's
-//! chunks are packed once, by all threads, then every task multiplies its block.
+//! A larger one is cut into a grid of blocks of C (`grid`), rows by columns, and each block
+//! runs that loop on one of rayon's threads, packing its own rows of A and columns of B:
+//! one hand-over to the pool per product, where packing the shared operands first would
+//! take two per KC step, each of which costs a sleeping thread's wake-up (about 15 us on a
+//! virtual machine's cores, a small product's whole time).
 //!
 //! Both accumulate in f32: straight into C when C is f32, else into an f32 block that is
 //! rounded into C once at the end (so a narrow output is rounded once, not once per KC).
 //! The blocks are sized from the CPU's caches ([`Blocking`]), the same whatever the thread
-//! count, and tiles fall on the same grid either way: every element is summed in the same
-//! order, so a product is the same bits on any number of threads.
+//! count, and every element is summed over the same KC steps in the same order wherever
+//! its tile falls: a product is the same bits on any number of threads.
 
 use super::MatRef;
 use super::kernel::Kernel;
@@ -70,13 +71,6 @@ struct SendPtr<T>(*mut T);
 unsafe impl<T> Send for SendPtr<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for SendPtr<T> {}
-
-impl<T> SendPtr<T> {
-    /// The pointer (a method, so that a closure captures the whole `SendPtr`).
-    fn get(self) -> *mut T {
-        self.0
-    }
-}
 
 /// A bias added to the f32 sums: one value per column of C (a linear layer's), or per row
 /// (a convolution's, whose rows are output channels).
@@ -145,7 +139,8 @@ pub(super) fn run<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
         grid.run(&problem, c);
         return;
     }
-    serial(&problem, c);
+    // SAFETY: `c` holds the m x n product (checked by the caller), all of it this thread's.
+    unsafe { block(&problem, SendPtr(c.as_mut_ptr()), (0, m), (0, n)) };
 }
 
 /// One product's operands and blocking: what every block of C reads.
@@ -157,8 +152,18 @@ struct Problem<'a, A, B> {
     blocking: Blocking,
 }
 
-/// The whole product on the calling thread.
-fn serial<A: CpuFloat, B: CpuFloat, C: CpuFloat>(problem: &Problem<'_, A, B>, c: &mut [C]) {
+/// Rows `r0..r0 + rs` and columns `c0..c0 + cs` of the product, written into C (`m x n`,
+/// row-major, at `c`) on the calling thread.
+///
+/// # Safety
+/// `c` points at the `m x n` product; the block lies inside it and no other thread touches
+/// it while this runs.
+unsafe fn block<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
+    problem: &Problem<'_, A, B>,
+    c: SendPtr<C>,
+    (r0, rs): (usize, usize),
+    (c0, cs): (usize, usize),
+) {
     let Problem { kernel, a, b, .. } = problem;
     let kernel = *kernel;
     let Blocking {
@@ -166,35 +171,35 @@ fn serial<A: CpuFloat, B: CpuFloat, C: CpuFloat>(problem: &Problem<'_, A, B>, c:
         mc: mc_max,
         nc: nc_max,
     } = problem.blocking;
-    let (m, n, k) = (a.rows(), b.cols(), a.cols());
+    let k = a.cols();
     let (mr, nr) = (kernel.mr(), kernel.nr());
     let mut scratch = Scratch::take();
-    // SAFETY: `c` holds the m x n product.
-    let acc = unsafe { Accumulator::new(SendPtr(c.as_mut_ptr()), (m, n), &mut scratch.acc) };
-    for jc in (0..n).step_by(nc_max) {
-        let nc = nc_max.min(n - jc);
+    // SAFETY: the block lies inside C, whose rows hold `b.cols()` values (our contract).
+    let acc = unsafe { Accumulator::new(c, b.cols(), (r0, c0), (rs, cs), &mut scratch.acc) };
+    for jc in (0..cs).step_by(nc_max) {
+        let nc = nc_max.min(cs - jc);
         for pc in (0..k).step_by(kc_max) {
             let kc = kc_max.min(k - pc);
             let steps = kernel.k_steps(kc);
             resize(&mut scratch.b, nc.div_ceil(nr) * steps * nr);
-            pack_b(kernel, b, (pc, kc), (jc, nc), &mut scratch.b);
-            for ic in (0..m).step_by(mc_max) {
-                let mc = mc_max.min(m - ic);
+            pack_b(kernel, b, (pc, kc), (c0 + jc, nc), &mut scratch.b);
+            for ic in (0..rs).step_by(mc_max) {
+                let mc = mc_max.min(rs - ic);
                 resize(&mut scratch.a, mc.div_ceil(mr) * steps * mr + SLACK);
-                pack_a(kernel, a, (ic, mc), (pc, kc), &mut scratch.a);
+                pack_a(kernel, a, (r0 + ic, mc), (pc, kc), &mut scratch.a);
                 let panels = Panels {
                     a: &scratch.a,
                     b: &scratch.b,
                     kc,
                 };
-                // SAFETY: rows ic..ic + mc and columns jc..jc + nc of the product, this
+                // SAFETY: rows ic..ic + mc and columns jc..jc + nc of the block, this
                 // thread's alone.
                 unsafe { panels.multiply(kernel, &acc, (ic, mc), (jc, nc), pc > 0) };
             }
         }
     }
-    // SAFETY: the whole product, complete.
-    unsafe { acc.finish::<A, B, C>(problem, (0, m), (0, n)) };
+    // SAFETY: the whole block, complete.
+    unsafe { acc.finish::<A, B, C>(problem) };
     scratch.give_back();
 }
 
@@ -254,65 +259,73 @@ impl Panels<'_> {
     }
 }
 
-/// Where C is summed in f32: C itself when C is f32, else an m x n block of its own.
+/// Where a block of C is summed in f32: C itself when C is f32, else an f32 block of its
+/// own. Tiles address it relative to the block's first element.
 struct Accumulator {
-    /// Element (0, 0).
+    /// The block's element (0, 0).
     ptr: *mut f32,
-    /// The row stride (n).
+    /// The row stride of the sums (C's when in place, else the block's width).
     ld: usize,
     /// Whether it is C itself.
     in_place: bool,
-    /// C, for the final conversion.
+    /// C's element at the block's (0, 0), for the final conversion.
     c: *mut u8,
+    /// C's row stride.
+    c_ld: usize,
+    /// The block's first row and column in C (where its bias starts).
+    origin: (usize, usize),
+    /// The block's rows and columns.
+    size: (usize, usize),
 }
 
-// SAFETY: an accumulator is shared by the tasks of one product, each of which writes its
-// own block of it (and of C) only; the product outlives them.
-unsafe impl Sync for Accumulator {}
-
 impl Accumulator {
-    /// The accumulator of C (`m x n`, row-major); `own` holds the f32 sums when C is not
-    /// f32.
+    /// The accumulator of the `rs x cs` block at `(r0, c0)` of C (row-major, `c_ld` values a
+    /// row); `own` holds the f32 sums when C is not f32.
     ///
     /// # Safety
-    /// `c` points at the `m x n` product.
-    unsafe fn new<C: CpuFloat>(c: SendPtr<C>, (m, n): (usize, usize), own: &mut Vec<f32>) -> Self {
-        let (ptr, in_place) = if C::FORMAT == Format::F32 {
-            (c.0.cast::<f32>(), true)
+    /// `c` points at C, which holds the block.
+    unsafe fn new<C: CpuFloat>(
+        c: SendPtr<C>,
+        c_ld: usize,
+        (r0, c0): (usize, usize),
+        (rs, cs): (usize, usize),
+        own: &mut Vec<f32>,
+    ) -> Self {
+        // SAFETY: the block's first element lies inside C (our contract).
+        let c_block = unsafe { c.0.add(r0 * c_ld + c0) };
+        let (ptr, ld, in_place) = if C::FORMAT == Format::F32 {
+            (c_block.cast::<f32>(), c_ld, true)
         } else {
             // The first KC step writes every entry before any is read (as it does C when C
             // is f32), so the buffer kept from the last product is reused as it is: grown
             // (zero-filled) when too small, never cleared, which on a 4096 x 4096 product
             // was a 64 MiB memset on one thread.
-            if own.len() < m * n {
-                own.resize(m * n, 0.0);
+            if own.len() < rs * cs {
+                own.resize(rs * cs, 0.0);
             }
-            (own.as_mut_ptr(), false)
+            (own.as_mut_ptr(), cs, false)
         };
         Accumulator {
             ptr,
-            ld: n,
+            ld,
             in_place,
-            c: c.0.cast(),
+            c: c_block.cast(),
+            c_ld,
+            origin: (r0, c0),
+            size: (rs, cs),
         }
     }
 
     /// Adds the bias to the block's f32 sums and, when C is not f32, rounds them into C.
     ///
     /// # Safety
-    /// The block lies inside the product, is complete (every KC added) and no other thread
-    /// touches it.
-    unsafe fn finish<A, B, C: CpuFloat>(
-        &self,
-        problem: &Problem<'_, A, B>,
-        (i0, mb): (usize, usize),
-        (j0, nb): (usize, usize),
-    ) {
+    /// The block is complete (every KC added) and no other thread touches it.
+    unsafe fn finish<A, B, C: CpuFloat>(&self, problem: &Problem<'_, A, B>) {
+        let ((i0, j0), (mb, nb)) = (self.origin, self.size);
         if let Some(bias) = problem.bias {
             for i in 0..mb {
-                let at = (i0 + i) * self.ld + j0;
                 // SAFETY: row i of the accumulator block.
-                let row = unsafe { core::slice::from_raw_parts_mut(self.ptr.add(at), nb) };
+                let row = unsafe { core::slice::from_raw_parts_mut(self.ptr.add(i * self.ld), nb) };
                 match bias {
                     Bias::Cols(b) => row
                         .iter_mut()
@@ -331,8 +344,8 @@ impl Accumulator {
             // SAFETY: row i of the accumulator block, and of C's block.
             let (src, dst) = unsafe {
                 (
-                    core::slice::from_raw_parts(self.ptr.add((i0 + i) * self.ld + j0), nb),
-                    core::slice::from_raw_parts_mut(c.add((i0 + i) * self.ld + j0), nb),
+                    core::slice::from_raw_parts(self.ptr.add(i * self.ld), nb),
+                    core::slice::from_raw_parts_mut(c.add(i * self.c_ld), nb),
                 )
             };
             cast::convert(isa, src, dst).expect("equal lengths");
@@ -347,8 +360,7 @@ fn resize(buf: &mut Vec<u32>, len: usize) {
 }
 
 /// A thread's packing buffers and f32 sums, kept between products so that a training step
-/// does not fault in fresh pages for every matmul (on several threads, the buffers of the
-/// thread that runs the product hold the operands its tasks share).
+/// does not fault in fresh pages for every matmul.
 #[derive(Default)]
 struct Scratch {
     a: Vec<u32>,

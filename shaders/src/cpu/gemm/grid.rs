@@ -1,18 +1,23 @@
-//! A product on several threads: C cut into a grid of tasks (blocks of `mc` rows by chunks
-//! of columns, whole tiles each), and for each KC of k two parallel steps: every A block and
-//! B chunk of that KC is packed once, by whichever thread is free, then every task adds its
-//! block's product. A product of few rows (a layer's forward pass on a small batch) spreads
-//! over its columns; one of few columns over its rows.
+//! A product on several threads: C cut into a grid of blocks (rows by columns, whole
+//! tiles each), each block a task that packs its own rows of A and columns of B and runs
+//! the blocking loop on one of rayon's threads. The cut is the one a cost model of packing
+//! and multiplying finds cheapest: a product of few rows (a layer's forward pass on a small
+//! batch) spreads over its columns, one of few columns (a large batch through a narrow
+//! layer) over its rows.
 
 use rayon::prelude::*;
 
-use super::super::kernel::Kernel;
-use super::super::pack::{SLACK, pack_a, pack_b};
-use super::{Accumulator, Panels, Problem, Scratch, SendPtr, resize};
+use super::{Problem, SendPtr, block};
 use crate::cpu::cast::CpuFloat;
 
 /// Tasks per thread the grid aims for, so that threads that finish early find more.
 const TASKS_PER_THREAD: usize = 2;
+
+/// What packing one value of A or B costs, in multiply-adds of the product (measured on
+/// AVX-512: about 0.4 ns to round and lay out a value, 0.017 ns a multiply-add). Every
+/// task packs the A rows and B columns it reads, so a value is packed once per task that
+/// reads it.
+const PACK_COST: usize = 24;
 
 /// How C is cut into tasks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,8 +32,9 @@ pub(in crate::cpu::gemm) struct Grid {
 
 impl Grid {
     /// The grid of `problem` for `threads` threads: about [`TASKS_PER_THREAD`] tasks per
-    /// thread, row blocks of at most the blocking's `mc` rows and column chunks, no block
-    /// or chunk smaller than one tile. One thread: one task.
+    /// thread, row blocks of at most the blocking's `mc` rows, no block or chunk smaller
+    /// than one tile; of the ways to cut C so, the one that takes least by [`Grid::cost`].
+    /// One thread: one task.
     pub fn new<A, B>(problem: &Problem<'_, A, B>, threads: usize) -> Grid
     where
         A: CpuFloat,
@@ -46,16 +52,36 @@ impl Grid {
         let (mr, nr) = (problem.kernel.mr(), problem.kernel.nr());
         let target = threads * TASKS_PER_THREAD;
         let (row_tiles, col_tiles) = (m.div_ceil(mr), n.div_ceil(nr));
-        // Rows in blocks of at most `mc`; the columns cut to make up the tasks; then, when
-        // the columns are too few (a tall product), the rows cut finer, in whole tiles.
-        let mut rows = problem.blocking.mc.min(row_tiles * mr);
-        let chunks = target.div_ceil(m.div_ceil(rows)).clamp(1, col_tiles);
-        let wanted_row_blocks = target.div_ceil(chunks).min(row_tiles);
-        if m.div_ceil(rows) < wanted_row_blocks {
-            rows = row_tiles.div_ceil(wanted_row_blocks) * mr;
-        }
-        let cols = col_tiles.div_ceil(chunks) * nr;
-        Grid { m, n, rows, cols }
+        let fewest = row_tiles.div_ceil((problem.blocking.mc / mr).max(1));
+        let most = target.max(fewest);
+        (fewest..=row_tiles.min(most))
+            .flat_map(|blocks| (1..=col_tiles.min(most)).map(move |chunks| (blocks, chunks)))
+            .map(|(blocks, chunks)| Grid {
+                m,
+                n,
+                rows: row_tiles.div_ceil(blocks) * mr,
+                cols: col_tiles.div_ceil(chunks) * nr,
+            })
+            // Enough tasks to keep the threads busy (where C has that many tiles) and not
+            // many more than the target, if such a cut exists; then the cheapest; of equal
+            // costs, the most tasks (the first of those).
+            .min_by_key(|grid| {
+                let tasks = grid.tasks();
+                (
+                    tasks < threads.min(row_tiles * col_tiles) || tasks > most,
+                    grid.cost(threads),
+                    usize::MAX - tasks,
+                )
+            })
+            .expect("at least one way to cut C")
+    }
+
+    /// A model of the time of one KC step on `threads` threads, in multiply-adds: rounds
+    /// of `threads` tasks of the largest block, each packing its A rows and B columns and
+    /// multiplying them.
+    fn cost(&self, threads: usize) -> usize {
+        let (rows, cols) = (self.rows.min(self.m), self.cols.min(self.n));
+        self.tasks().div_ceil(threads) * (PACK_COST * (rows + cols) + rows * cols)
     }
 
     fn row_blocks(&self) -> usize {
@@ -83,88 +109,20 @@ impl Grid {
         (lo, self.cols.min(self.n - lo))
     }
 
-    /// `c = a b + bias` on rayon's threads, task by task.
+    /// `c = a b + bias` on rayon's threads, a block each.
     pub fn run<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
         &self,
         problem: &Problem<'_, A, B>,
         c: &mut [C],
     ) {
-        let Problem { kernel, a, b, .. } = problem;
-        let kernel = *kernel;
-        let k = a.cols();
-        let kc_max = problem.blocking.kc;
-        // The calling thread's scratch: the f32 sums (when C is not f32) and the packed
-        // operands of one KC step, which the tasks share.
-        let mut scratch = Scratch::take();
-        // SAFETY: `c` holds the m x n product.
-        let acc = unsafe {
-            Accumulator::new(SendPtr(c.as_mut_ptr()), (self.m, self.n), &mut scratch.acc)
-        };
-        let (a_words, b_words) = self.packed_words(kernel, kernel.k_steps(kc_max.min(k)));
-        resize(&mut scratch.a, a_words * self.row_blocks());
-        resize(&mut scratch.b, b_words * self.col_chunks());
-        let (a_out, b_out) = (
-            SendPtr(scratch.a.as_mut_ptr()),
-            SendPtr(scratch.b.as_mut_ptr()),
-        );
-        let tasks: Vec<(usize, usize)> = (0..self.row_blocks())
-            .flat_map(|i| (0..self.col_chunks()).map(move |j| (i, j)))
-            .collect();
-        for pc in (0..k).step_by(kc_max) {
-            let kc = kc_max.min(k - pc);
-            // Every A block and B chunk of this KC, packed once.
-            let jobs = self.row_blocks() + self.col_chunks();
-            (0..jobs).into_par_iter().for_each(|job| {
-                if job < self.row_blocks() {
-                    // SAFETY: job `job` writes its own `a_words` of the A buffer (panels and
-                    // their slack), sized above.
-                    let out = unsafe {
-                        core::slice::from_raw_parts_mut(a_out.get().add(job * a_words), a_words)
-                    };
-                    pack_a(kernel, a, self.rows_of(job), (pc, kc), out);
-                } else {
-                    let j = job - self.row_blocks();
-                    // SAFETY: as above, in the B buffer.
-                    let out = unsafe {
-                        core::slice::from_raw_parts_mut(b_out.get().add(j * b_words), b_words)
-                    };
-                    pack_b(kernel, b, (pc, kc), self.cols_of(j), out);
-                }
-            });
-            let last = pc + kc >= k;
-            let acc = &acc;
-            tasks.par_iter().for_each(|&(i, j)| {
-                let (rows, cols) = (self.rows_of(i), self.cols_of(j));
-                // SAFETY: the packing above is done (the parallel step returned); tasks only
-                // read the packed panels.
-                let panels = unsafe {
-                    Panels {
-                        a: core::slice::from_raw_parts(a_out.get().add(i * a_words), a_words),
-                        b: core::slice::from_raw_parts(b_out.get().add(j * b_words), b_words),
-                        kc,
-                    }
-                };
-                // SAFETY: task (i, j) alone touches its block of the accumulator (and of C);
-                // rounds run one after the other.
-                unsafe {
-                    panels.multiply(kernel, acc, rows, cols, pc > 0);
-                    if last {
-                        acc.finish::<A, B, C>(problem, rows, cols);
-                    }
-                }
-            });
-        }
-        scratch.give_back();
-    }
-
-    /// Words of one packed A block (with its slack) and of one packed B chunk, at
-    /// `steps` k steps.
-    fn packed_words(&self, kernel: Kernel, steps: usize) -> (usize, usize) {
-        let (mr, nr) = (kernel.mr(), kernel.nr());
-        (
-            self.rows.div_ceil(mr) * steps * mr + SLACK,
-            self.cols.div_ceil(nr) * steps * nr,
-        )
+        debug_assert_eq!(c.len(), self.m * self.n);
+        let c = SendPtr(c.as_mut_ptr());
+        let chunks = self.col_chunks();
+        (0..self.tasks()).into_par_iter().for_each(|task| {
+            let (i, j) = (task / chunks, task % chunks);
+            // SAFETY: `c` holds the m x n product; the blocks partition it, one task each.
+            unsafe { block(problem, c, self.rows_of(i), self.cols_of(j)) };
+        });
     }
 }
 
@@ -174,8 +132,8 @@ mod tests {
     use super::*;
     use crate::cpu::Isa;
     use crate::cpu::cast::Format;
-    use crate::cpu::gemm::MatRef;
     use crate::cpu::gemm::driver::Blocking;
+    use crate::cpu::gemm::{Kernel, MatRef};
 
     #[test]
     fn the_grid_covers_c_once_with_whole_tiles_on_any_thread_count() {

@@ -1,6 +1,7 @@
 //! The ops of a transformer block and a CNN around their products, for tensors in f32, bf16
 //! or f16: softmax and log-softmax over rows, layer norm, GELU and ReLU, the elementwise
-//! arithmetic of activations, and the random masks of dropout. Each reads its operands in their own format
+//! arithmetic of activations, the random masks of dropout, and `mask_fill` (an attention
+//! mask read through its broadcast strides). Each reads its operands in their own format
 //! and computes in f32 a block at a time (a block of each operand converted on the stack with
 //! the [`cast`] kernels, so a bf16 or f16 tensor costs one pass, not a
 //! conversion per value), sums in f32, and writes its result in the format asked for; each
@@ -26,6 +27,7 @@
 mod activation;
 mod elementwise;
 mod layer_norm;
+mod mask;
 pub(crate) mod math;
 mod random;
 mod softmax;
@@ -33,6 +35,7 @@ mod softmax;
 pub use activation::{gelu, gelu_backward, relu, relu_backward};
 pub use elementwise::{BinaryOp, binary, scalar};
 pub use layer_norm::{LayerNormStats, layer_norm, layer_norm_backward};
+pub use mask::{MaskLayout, mask_fill};
 pub use random::{bernoulli, philox4x32_10, uniform};
 pub use softmax::{log_softmax, log_softmax_backward, softmax, softmax_backward};
 
@@ -57,6 +60,22 @@ pub enum NnError {
         expected: usize,
         /// What it has.
         got: usize,
+    },
+    /// A mask layout that does not name one stride per dimension of the masked tensor, or
+    /// that reaches outside the mask's bytes.
+    #[error(
+        "a mask of {len} bytes read at offset {offset} with strides {strides:?} does not fit \
+         a tensor of shape {shape:?}"
+    )]
+    Mask {
+        /// Bytes in the mask.
+        len: usize,
+        /// The masked tensor's shape.
+        shape: Vec<usize>,
+        /// The mask's strides.
+        strides: Vec<isize>,
+        /// The mask's first byte.
+        offset: usize,
     },
     /// A row length of zero, or a length that is not a whole number of rows.
     #[error("{len} values are not rows of {row}")]

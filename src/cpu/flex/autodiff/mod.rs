@@ -12,5 +12,5 @@ mod products;
 
 pub(crate) use conv::conv;
 pub(crate) use layout::{contiguous, swap_dims};
-pub(crate) use nn::{binary, gelu, layer_norm, relu, scalar, softmax};
+pub(crate) use nn::{binary, gelu, layer_norm, mask_fill, relu, scalar, softmax};
 pub(crate) use products::{cast, linear, matmul};

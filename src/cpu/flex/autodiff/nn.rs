@@ -1,4 +1,5 @@
-//! Softmax, layer norm, GELU and elementwise arithmetic as ops of `Autodiff<Flex, C>`: the
+//! Softmax, layer norm, GELU, elementwise arithmetic and `mask_fill` as ops of
+//! `Autodiff<Flex, C>`: the
 //! forward pass on the `nn` kernels, and a backward pass that runs on them too, each
 //! gradient in its operand's dtype.
 
@@ -12,7 +13,7 @@ use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::nn::{BinaryOp, LayerNormStats};
 use burn_tensor::DType;
-use burn_tensor::ops::FloatTensor;
+use burn_tensor::ops::{FloatTensor, FloatTensorOps};
 
 use super::super::super::{LayerNormArgs, Routed};
 use super::super::nn as flex_nn;
@@ -315,6 +316,49 @@ pub(crate) fn scalar<C: CheckpointStrategy>(
             .stateful()
         {
             OpsKind::Tracked(prep) => prep.finish((isa, op, s), forward()),
+            OpsKind::UnTracked(prep) => prep.finish(forward()),
+        },
+    )
+}
+
+#[derive(Debug)]
+struct MaskFill;
+
+impl Backward<Flex, 1> for MaskFill {
+    /// The mask.
+    type State = FlexTensor;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let _time = crate::cost::timed("mask_fill (backward)", None);
+        let mask = ops.state;
+        unary::<Flex, _>(ops.parents, ops.node, grads, |g| {
+            if flex_nn::takes_mask(&g, &mask) {
+                flex_nn::mask_fill(&g, &mask, 0.0)
+            } else {
+                <Flex as FloatTensorOps<Flex>>::float_mask_fill(g, mask, 0.0.into())
+            }
+        });
+    }
+}
+
+/// `x` with `value` where `mask` is set, in `x`'s dtype; both back when the kernel does not
+/// take them. The gradient is the output's with zero where the mask is set.
+pub(crate) fn mask_fill<C: CheckpointStrategy>(
+    x: Tensor<C>,
+    mask: FlexTensor,
+    value: f64,
+) -> Routed<Tensor<C>, (Tensor<C>, FlexTensor)> {
+    if !flex_nn::takes_mask(&x.primitive, &mask) {
+        return Routed::Declined((x, mask));
+    }
+    let forward = || flex_nn::mask_fill(&x.primitive, &mask, value);
+    Routed::Ran(
+        match MaskFill
+            .prepare::<C>([x.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(mask.clone(), forward()),
             OpsKind::UnTracked(prep) => prep.finish(forward()),
         },
     )
