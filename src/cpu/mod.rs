@@ -6,8 +6,7 @@
 //! rules; compute-class matmuls, linears and convolutions that read operands of any float
 //! dtype and round them while packing; and under a mixed policy the ops around them
 //! (softmax, layer norm, GELU, ReLU, arithmetic, `mask_fill`, reshapes of views, dropout
-//! masks), each
-//! one op with its own backward pass. The ops are plain function pointers ([`RoutedOps`]),
+//! masks), each one op with its own backward pass. The ops are plain function pointers ([`RoutedOps`]),
 //! which the registry of backend capabilities (`crate::registry`) records for Flex and
 //! `Autodiff<Flex>` (both checkpointing strategies); every other backend runs its own ops.
 //! The CPU's instruction set ([`Isa`]) is detected once, by the registry, kept in the

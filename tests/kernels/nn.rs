@@ -330,9 +330,9 @@ fn mask_fill_matches_flex_forward_and_backward_with_broadcast_and_strided_masks(
             .map(|v| *v > 0.3)
             .collect()
     };
-    // Each mask made by `m` on the backend's own tensors: the whole shape, broadcast along
-    // the heads (attention's), along everything but the last dimension, along the last
-    // (whole rows), and a transposed view.
+    // The masks, made on each backend's own tensors: the whole shape, broadcast along the
+    // heads (attention's), along everything but the last dimension, along the last (whole
+    // rows), and a transposed view.
     fn masks<B: Backend>(bits: &dyn Fn(usize, u64) -> Vec<bool>) -> Vec<Tensor<B, 4, Bool>> {
         let device = Default::default();
         let mask = |dims: [usize; 4], seed| {
@@ -365,6 +365,27 @@ fn mask_fill_matches_flex_forward_and_backward_with_broadcast_and_strided_masks(
                 }
             }
         }
+    }
+    // Under the 16-bit policies (variables in f16 or bf16): Flex's values, the output in the
+    // input's dtype, the gradient zero under the mask and the output's elsewhere.
+    let bare = masks::<Flex>(&bits);
+    for (policy, dtype) in [("float16", FloatDType::F16), ("bfloat16", FloatDType::BF16)] {
+        let (ys, g) = with_policy(policy.parse::<Policy>().unwrap(), || {
+            let xt = tensor::<Ad, 4>(&x, shape, dtype).require_grad();
+            let y = xt.clone().mask_fill(ours[1].clone(), -1024.0);
+            assert_eq!(y.dtype(), dtype.into(), "{policy}: the output's dtype");
+            let grads = y.clone().cast(FloatDType::F32).sum().backward();
+            (values(y), values(xt.grad(&grads).unwrap()))
+        });
+        let want = values(tensor::<Flex, 4>(&x, shape, dtype).mask_fill(bare[1].clone(), -1024.0));
+        assert_close(&format!("mask_fill ({policy})"), &ys, &want, 0.0, 0.0);
+        let m = values(bare[1].clone().expand(shape).float());
+        assert!(
+            g.iter()
+                .zip(&m)
+                .all(|(g, m)| *g == if *m == 1.0 { 0.0 } else { 1.0 }),
+            "mask_fill ({policy}): the gradient"
+        );
     }
     // A 16-bit tensor's op and its gradient run on the kernel (the backward pass is burn-amp's).
     let (_, profile) = cost::profile(|| {

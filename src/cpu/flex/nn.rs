@@ -1,7 +1,7 @@
 //! The `nn` kernels (`burn_amp_kernels::cpu::nn`) on Flex tensors: softmax, layer norm,
-//! GELU, elementwise arithmetic, dropout masks and `mask_fill`, forward and backward, each reading its
-//! operands in their own dtype (a view is made contiguous first) and writing a new
-//! contiguous tensor. `takes_*` say which tensors they take; the rest go to Flex.
+//! GELU, elementwise arithmetic, dropout masks and `mask_fill`, forward and backward, each
+//! reading its operands in their own dtype (a view is made contiguous first) and writing a
+//! new contiguous tensor. `takes_*` say which tensors they take; the rest go to Flex.
 
 use burn::backend::Flex;
 use burn::backend::flex::FlexTensor;

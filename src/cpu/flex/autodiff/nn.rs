@@ -1,7 +1,6 @@
 //! Softmax, layer norm, GELU, elementwise arithmetic and `mask_fill` as ops of
-//! `Autodiff<Flex, C>`: the
-//! forward pass on the `nn` kernels, and a backward pass that runs on them too, each
-//! gradient in its operand's dtype.
+//! `Autodiff<Flex, C>`: the forward pass on the `nn` kernels, and a backward pass that runs
+//! on them too, each gradient in its operand's dtype.
 
 use burn::backend::Autodiff;
 use burn::backend::Flex;
