@@ -416,6 +416,15 @@ fn gemm_gives_the_same_bits_on_1_2_and_3_threads_within_the_bound() {
                         let bits = |c: Vec<bf16>| c.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
                         let one: Vec<f32> = gemm_on(1, kernel, (a, b), Some(&bias));
                         let one16 = bits(gemm_on(1, kernel, (a, b), None));
+                        // A bf16 C is the f32 sums plus the bias, rounded once: whether
+                        // its tiles are rounded as they complete (k in one KC step) or
+                        // summed in a buffer first (small caches: several).
+                        let rounded: Vec<bf16> = gemm_on(1, kernel, (a, b), Some(&bias));
+                        let once = one.iter().map(|&v| bf16::from_f32(v).to_bits());
+                        assert!(
+                            once.eq(bits(rounded)),
+                            "{what}: bf16 C is not the f32 product rounded"
+                        );
                         for threads in [2, 3] {
                             let many: Vec<f32> = gemm_on(threads, kernel, (a, b), Some(&bias));
                             let same = one

@@ -175,7 +175,16 @@ unsafe fn block<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
     let (mr, nr) = (kernel.mr(), kernel.nr());
     let mut scratch = Scratch::take();
     // SAFETY: the block lies inside C, whose rows hold `b.cols()` values (our contract).
-    let acc = unsafe { Accumulator::new(c, b.cols(), (r0, c0), (rs, cs), &mut scratch.acc) };
+    let acc = unsafe {
+        Accumulator::new(
+            c,
+            b.cols(),
+            (r0, c0),
+            (rs, cs),
+            k <= kc_max,
+            &mut scratch.acc,
+        )
+    };
     for jc in (0..cs).step_by(nc_max) {
         let nc = nc_max.min(cs - jc);
         for pc in (0..k).step_by(kc_max) {
@@ -194,7 +203,9 @@ unsafe fn block<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
                 };
                 // SAFETY: rows ic..ic + mc and columns jc..jc + nc of the block, this
                 // thread's alone.
-                unsafe { panels.multiply(kernel, &acc, (ic, mc), (jc, nc), pc > 0) };
+                unsafe {
+                    panels.multiply::<C>(kernel, &acc, problem.bias, (ic, mc), (jc, nc), pc > 0)
+                };
             }
         }
     }
@@ -215,59 +226,78 @@ struct Panels<'p> {
 impl Panels<'_> {
     /// Adds the product of the packed panels to the accumulator's rows `ic..ic + mc` and
     /// columns `jc..jc + nc` (written when `accumulate` is false), tile by tile; a partial
-    /// tile goes through a whole one on the stack.
+    /// tile goes through a whole one on the stack, and so does every tile of a direct
+    /// accumulator, which is then rounded into C with `bias`.
     ///
     /// # Safety
-    /// Those rows and columns lie inside the accumulator, and no other thread touches them.
-    unsafe fn multiply(
+    /// Those rows and columns lie inside the accumulator, and no other thread touches them;
+    /// `C` is the type of the accumulator's C.
+    unsafe fn multiply<C: CpuFloat>(
         &self,
         kernel: Kernel,
         acc: &Accumulator,
+        bias: Option<Bias<'_>>,
         (ic, mc): (usize, usize),
         (jc, nc): (usize, usize),
         accumulate: bool,
     ) {
         let (mr, nr, steps) = (kernel.mr(), kernel.nr(), kernel.k_steps(self.kc));
         let mut tile = [0f32; 32 * 32];
-        for jr in (0..nc).step_by(nr) {
-            let cols = nr.min(nc - jr);
-            let bp = self.b[jr / nr * steps * nr..].as_ptr();
-            for ir in (0..mc).step_by(mr) {
-                let rows = mr.min(mc - ir);
-                let ap = self.a[ir / mr * steps * mr..].as_ptr();
-                // SAFETY: the tile is inside the accumulator (our caller's); a partial one
-                // goes through `tile`, which holds a whole one.
-                unsafe {
-                    let dst = acc.ptr.add((ic + ir) * acc.ld + jc + jr);
-                    if rows == mr && cols == nr {
-                        kernel.tile(self.kc, ap, bp, dst, acc.ld, accumulate);
-                    } else {
-                        kernel.tile(self.kc, ap, bp, tile.as_mut_ptr(), nr, false);
-                        for i in 0..rows {
-                            let d = core::slice::from_raw_parts_mut(dst.add(i * acc.ld), cols);
-                            let s = &tile[i * nr..i * nr + cols];
-                            if accumulate {
-                                d.iter_mut().zip(s).for_each(|(d, s)| *d += s);
-                            } else {
-                                d.copy_from_slice(s);
+        kernel.with_tiles(|| {
+            for jr in (0..nc).step_by(nr) {
+                let cols = nr.min(nc - jr);
+                let bp = self.b[jr / nr * steps * nr..].as_ptr();
+                for ir in (0..mc).step_by(mr) {
+                    let rows = mr.min(mc - ir);
+                    let ap = self.a[ir / mr * steps * mr..].as_ptr();
+                    // SAFETY: the tile is inside the accumulator (our caller's); a partial one,
+                    // and every one of a direct accumulator, goes through `tile`, which holds
+                    // a whole one; `C` is the accumulator's (our caller's).
+                    unsafe {
+                        if acc.direct {
+                            debug_assert!(!accumulate, "a direct accumulator has one KC step");
+                            kernel.tile(self.kc, ap, bp, tile.as_mut_ptr(), nr, false);
+                            let at = ((ic + ir, rows), (jc + jr, cols));
+                            acc.round_tile::<C>(kernel.isa(), bias, at, &mut tile, nr);
+                            continue;
+                        }
+                        let dst = acc.ptr.add((ic + ir) * acc.ld + jc + jr);
+                        if rows == mr && cols == nr {
+                            kernel.tile(self.kc, ap, bp, dst, acc.ld, accumulate);
+                        } else {
+                            kernel.tile(self.kc, ap, bp, tile.as_mut_ptr(), nr, false);
+                            for i in 0..rows {
+                                let d = core::slice::from_raw_parts_mut(dst.add(i * acc.ld), cols);
+                                let s = &tile[i * nr..i * nr + cols];
+                                if accumulate {
+                                    d.iter_mut().zip(s).for_each(|(d, s)| *d += s);
+                                } else {
+                                    d.copy_from_slice(s);
+                                }
                             }
                         }
                     }
                 }
             }
-        }
+        });
     }
 }
 
-/// Where a block of C is summed in f32: C itself when C is f32, else an f32 block of its
-/// own. Tiles address it relative to the block's first element.
+/// Where a block of C is summed in f32: C itself when C is f32; else, when k fits one KC
+/// step, each tile on the stack, rounded into C as soon as its one kernel call ends
+/// (direct); else an f32 block of its own. Tiles address it relative to the block's first
+/// element.
 struct Accumulator {
-    /// The block's element (0, 0).
+    /// The block's element (0, 0) (unused when direct).
     ptr: *mut f32,
     /// The row stride of the sums (C's when in place, else the block's width).
     ld: usize,
     /// Whether it is C itself.
     in_place: bool,
+    /// Whether tiles are rounded into C one by one ([`Accumulator::round_tile`]). A block
+    /// summed in its own f32 buffer is written out and read back once more to be rounded:
+    /// on AMX, a product with k of 128 spent as long on that as on its multiply-adds.
+    direct: bool,
     /// C's element at the block's (0, 0), for the final conversion.
     c: *mut u8,
     /// C's row stride.
@@ -280,7 +310,8 @@ struct Accumulator {
 
 impl Accumulator {
     /// The accumulator of the `rs x cs` block at `(r0, c0)` of C (row-major, `c_ld` values a
-    /// row); `own` holds the f32 sums when C is not f32.
+    /// row), direct when C is not f32 and `one_step` (k fits one KC step); `own` holds the
+    /// f32 sums when it is neither in place nor direct.
     ///
     /// # Safety
     /// `c` points at C, which holds the block.
@@ -289,12 +320,16 @@ impl Accumulator {
         c_ld: usize,
         (r0, c0): (usize, usize),
         (rs, cs): (usize, usize),
+        one_step: bool,
         own: &mut Vec<f32>,
     ) -> Self {
         // SAFETY: the block's first element lies inside C (our contract).
         let c_block = unsafe { c.0.add(r0 * c_ld + c0) };
+        let direct = C::FORMAT != Format::F32 && one_step;
         let (ptr, ld, in_place) = if C::FORMAT == Format::F32 {
             (c_block.cast::<f32>(), c_ld, true)
+        } else if direct {
+            (core::ptr::null_mut(), cs, false)
         } else {
             // The first KC step writes every entry before any is read (as it does C when C
             // is f32), so the buffer kept from the last product is reused as it is: grown
@@ -309,6 +344,7 @@ impl Accumulator {
             ptr,
             ld,
             in_place,
+            direct,
             c: c_block.cast(),
             c_ld,
             origin: (r0, c0),
@@ -316,11 +352,15 @@ impl Accumulator {
         }
     }
 
-    /// Adds the bias to the block's f32 sums and, when C is not f32, rounds them into C.
+    /// Adds the bias to the block's f32 sums and, when C is not f32, rounds them into C (a
+    /// direct accumulator did both tile by tile).
     ///
     /// # Safety
     /// The block is complete (every KC added) and no other thread touches it.
     unsafe fn finish<A, B, C: CpuFloat>(&self, problem: &Problem<'_, A, B>) {
+        if self.direct {
+            return;
+        }
         let ((i0, j0), (mb, nb)) = (self.origin, self.size);
         if let Some(bias) = problem.bias {
             for i in 0..mb {
@@ -349,6 +389,48 @@ impl Accumulator {
                 )
             };
             cast::convert(isa, src, dst).expect("equal lengths");
+        }
+    }
+
+    /// Adds the bias to a complete tile's f32 sums (`rows x cols` at `ld` values a row, in
+    /// `tile`) and rounds them into C's block at rows `i..i + rows`, columns `j..j + cols`:
+    /// one cast for the tile, then a row copy each.
+    ///
+    /// # Safety
+    /// The accumulator is direct, `C` is its C's type, the tile lies inside the block, and
+    /// no other thread touches it.
+    unsafe fn round_tile<C: CpuFloat>(
+        &self,
+        isa: crate::cpu::Isa,
+        bias: Option<Bias<'_>>,
+        ((i, rows), (j, cols)): ((usize, usize), (usize, usize)),
+        tile: &mut [f32; 32 * 32],
+        ld: usize,
+    ) {
+        let (i0, j0) = (self.origin.0 + i, self.origin.1 + j);
+        let sums = &mut tile[..rows * ld];
+        match bias {
+            Some(Bias::Cols(b)) => sums.chunks_exact_mut(ld).for_each(|row| {
+                row[..cols]
+                    .iter_mut()
+                    .zip(&b[j0..j0 + cols])
+                    .for_each(|(c, b)| *c += b)
+            }),
+            Some(Bias::Rows(b)) => sums
+                .chunks_exact_mut(ld)
+                .zip(&b[i0..i0 + rows])
+                .for_each(|(row, b)| row[..cols].iter_mut().for_each(|c| *c += b)),
+            None => {}
+        }
+        let mut rounded = [C::default(); 32 * 32];
+        let rounded = &mut rounded[..rows * ld];
+        cast::convert(isa, sums, rounded).expect("equal lengths");
+        let c = self.c.cast::<C>();
+        for (r, src) in rounded.chunks_exact(ld).enumerate() {
+            // SAFETY: row i + r, columns j..j + cols of the block (our contract).
+            let dst =
+                unsafe { core::slice::from_raw_parts_mut(c.add((i + r) * self.c_ld + j), cols) };
+            dst.copy_from_slice(&src[..cols]);
         }
     }
 }

@@ -133,9 +133,11 @@ pub(super) fn pack_b<S: CpuFloat>(
     }
 }
 
-/// An A panel in the AMX layout from rows contiguous along k: each row's 32 values of a
-/// block converted to bf16 in one vectorised cast (`half`'s rounding, as `value` rounds),
-/// zeros past `rows` rows and past `kc`.
+/// An A panel in the AMX layout from rows contiguous along k: each row converted to bf16
+/// in one vectorised cast (`half`'s rounding, as `value` rounds) of up to [`ROW_CHUNK`]
+/// values, then laid out 32 values (one 64-byte tile row) at a time; zeros past `rows`
+/// rows and past `kc`. One cast a row, not one per block of 32: on the small products of
+/// a transformer's step (k of 128), the casts' dispatch took longer than the copies.
 #[cfg(target_arch = "x86_64")]
 fn pack_amx_a_rows<S: CpuFloat>(
     kernel: Kernel,
@@ -145,32 +147,40 @@ fn pack_amx_a_rows<S: CpuFloat>(
     panel: &mut [u32],
 ) {
     use super::kernel::amx::{MR, a_index};
-    let steps = panel.len() / MR;
+    let blocks = panel.len() / MR / 16;
     let values: &mut [half::bf16] = bytemuck::cast_slice_mut(panel);
+    let mut row = [half::bf16::ZERO; ROW_CHUNK];
     for i in 0..MR {
-        for blk in 0..steps / 16 {
-            // The row's block: 16 words, 32 bf16 (the low half of a word: the even k).
-            let at = 2 * a_index(i, 16 * blk);
-            let dst = &mut values[at..at + 32];
-            let k = 32 * blk;
+        for chunk in (0..blocks * 32).step_by(ROW_CHUNK) {
+            let width = ROW_CHUNK.min(blocks * 32 - chunk);
             let len = if i < rows {
-                kc.saturating_sub(k).min(32)
+                kc.saturating_sub(chunk).min(width)
             } else {
                 0
             };
             if len > 0 {
-                let start = a.index(i0 + i, k0 + k);
+                let start = a.index(i0 + i, k0 + chunk);
                 crate::cpu::cast::convert(
                     kernel.isa(),
                     &a.data[start..start + len],
-                    &mut dst[..len],
+                    &mut row[..len],
                 )
                 .expect("equal lengths");
             }
-            dst[len..].fill(half::bf16::ZERO);
+            row[len..width].fill(half::bf16::ZERO);
+            for (blk, src) in row[..width].chunks_exact(32).enumerate() {
+                // The row's block: 16 words, 32 bf16 (the low half of a word: the even k).
+                let at = 2 * a_index(i, (chunk / 32 + blk) * 16);
+                values[at..at + 32].copy_from_slice(src);
+            }
         }
     }
 }
+
+/// Values of a row [`pack_amx_a_rows`] converts at once (a multiple of 32; 2 KiB of bf16
+/// on the stack).
+#[cfg(target_arch = "x86_64")]
+const ROW_CHUNK: usize = 1024;
 
 /// An A panel in the AMX layout from columns contiguous along the rows (a transposed
 /// operand: a weight gradient's `x^T`): each k's values of the panel's rows converted to

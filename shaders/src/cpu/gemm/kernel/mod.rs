@@ -204,11 +204,28 @@ impl Kernel {
         }
     }
 
+    /// Runs `body`, which calls [`Kernel::tile`], with the kernel's tile state ready on this
+    /// thread: the AMX kernel's tile configuration loaded before it and released after
+    /// (other kernels keep no state).
+    pub(crate) fn with_tiles<R>(&self, body: impl FnOnce() -> R) -> R {
+        #[cfg(target_arch = "x86_64")]
+        if self.kind == Kind::AmxBf16 {
+            // SAFETY: the kind exists only where the Isa proved AMX-BF16 and the tile state.
+            unsafe { amx::configure() };
+            let out = body();
+            // SAFETY: as above.
+            unsafe { amx::release() };
+            return out;
+        }
+        body()
+    }
+
     /// `C[0..mr][0..nr] (=|+=) A_panel B_panel` over `kc` values of k.
     ///
     /// # Safety
-    /// `a` holds `k_steps(kc) * mr` packed words, `b` holds `k_steps(kc) * nr`, and `c` is
-    /// valid for `mr` rows of `nr` f32 at a row stride of `ldc`.
+    /// Called inside [`Kernel::with_tiles`] of this kernel on this thread; `a` holds
+    /// `k_steps(kc) * mr` packed words, `b` holds `k_steps(kc) * nr`, and `c` is valid for
+    /// `mr` rows of `nr` f32 at a row stride of `ldc`.
     #[inline]
     pub(crate) unsafe fn tile(
         &self,
@@ -220,7 +237,8 @@ impl Kernel {
         accumulate: bool,
     ) {
         let steps = self.k_steps(kc);
-        // SAFETY: forwarded contract; the x86 kinds exist only when the Isa proved them.
+        // SAFETY: forwarded contract (the AMX tiles configured by `with_tiles`); the x86
+        // kinds exist only when the Isa proved them.
         unsafe {
             match self.kind {
                 Kind::PortableF32 => {
