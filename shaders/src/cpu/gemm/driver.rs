@@ -244,36 +244,44 @@ impl Panels<'_> {
         let (mr, nr, steps) = (kernel.mr(), kernel.nr(), kernel.k_steps(self.kc));
         let mut tile = [0f32; 32 * 32];
         kernel.with_tiles(|| {
-            for jr in (0..nc).step_by(nr) {
-                let cols = nr.min(nc - jr);
+            let (row_tiles, col_tiles) = (mc.div_ceil(mr), nc.div_ceil(nr));
+            for t in 0..row_tiles * col_tiles {
+                let (ir, jr) = if kernel.amx_a() {
+                    // Along C's rows: tiles of a row block in turn, so C is written 128
+                    // bytes a row at a time, row after row (AMX's panels of kc = 1024 fit
+                    // no L1 whichever order; a weight gradient x^T g of 128 x 4096 x 4096
+                    // into f32 went from 264 to 541-627 GFLOP/s on two threads).
+                    ((t / col_tiles) * mr, (t % col_tiles) * nr)
+                } else {
+                    // Down C's columns: one B micro-panel stays in L1 for the whole column.
+                    ((t % row_tiles) * mr, (t / row_tiles) * nr)
+                };
+                let (rows, cols) = (mr.min(mc - ir), nr.min(nc - jr));
+                let ap = self.a[ir / mr * steps * mr..].as_ptr();
                 let bp = self.b[jr / nr * steps * nr..].as_ptr();
-                for ir in (0..mc).step_by(mr) {
-                    let rows = mr.min(mc - ir);
-                    let ap = self.a[ir / mr * steps * mr..].as_ptr();
-                    // SAFETY: the tile is inside the accumulator (our caller's); a partial one,
-                    // and every one of a direct accumulator, goes through `tile`, which holds
-                    // a whole one; `C` is the accumulator's (our caller's).
-                    unsafe {
-                        if acc.direct {
-                            debug_assert!(!accumulate, "a direct accumulator has one KC step");
-                            kernel.tile(self.kc, ap, bp, tile.as_mut_ptr(), nr, false);
-                            let at = ((ic + ir, rows), (jc + jr, cols));
-                            acc.round_tile::<C>(kernel.isa(), bias, at, &mut tile, nr);
-                            continue;
-                        }
-                        let dst = acc.ptr.add((ic + ir) * acc.ld + jc + jr);
-                        if rows == mr && cols == nr {
-                            kernel.tile(self.kc, ap, bp, dst, acc.ld, accumulate);
-                        } else {
-                            kernel.tile(self.kc, ap, bp, tile.as_mut_ptr(), nr, false);
-                            for i in 0..rows {
-                                let d = core::slice::from_raw_parts_mut(dst.add(i * acc.ld), cols);
-                                let s = &tile[i * nr..i * nr + cols];
-                                if accumulate {
-                                    d.iter_mut().zip(s).for_each(|(d, s)| *d += s);
-                                } else {
-                                    d.copy_from_slice(s);
-                                }
+                // SAFETY: the tile is inside the accumulator (our caller's); a partial one,
+                // and every one of a direct accumulator, goes through `tile`, which holds
+                // a whole one; `C` is the accumulator's (our caller's).
+                unsafe {
+                    if acc.direct {
+                        debug_assert!(!accumulate, "a direct accumulator has one KC step");
+                        kernel.tile(self.kc, ap, bp, tile.as_mut_ptr(), nr, false);
+                        let at = ((ic + ir, rows), (jc + jr, cols));
+                        acc.round_tile::<C>(kernel.isa(), bias, at, &mut tile, nr);
+                        continue;
+                    }
+                    let dst = acc.ptr.add((ic + ir) * acc.ld + jc + jr);
+                    if rows == mr && cols == nr {
+                        kernel.tile(self.kc, ap, bp, dst, acc.ld, accumulate);
+                    } else {
+                        kernel.tile(self.kc, ap, bp, tile.as_mut_ptr(), nr, false);
+                        for i in 0..rows {
+                            let d = core::slice::from_raw_parts_mut(dst.add(i * acc.ld), cols);
+                            let s = &tile[i * nr..i * nr + cols];
+                            if accumulate {
+                                d.iter_mut().zip(s).for_each(|(d, s)| *d += s);
+                            } else {
+                                d.copy_from_slice(s);
                             }
                         }
                     }
