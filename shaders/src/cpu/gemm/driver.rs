@@ -87,6 +87,15 @@ impl Bias<'_> {
             Bias::Rows(b) => b[i],
         }
     }
+
+    /// Adds itself to `sums`, the f32 sums of C's row `i` from column `j` on.
+    fn add_to_row(&self, sums: &mut [f32], (i, j): (usize, usize)) {
+        let n = sums.len();
+        match self {
+            Bias::Cols(b) => sums.iter_mut().zip(&b[j..j + n]).for_each(|(c, b)| *c += b),
+            Bias::Rows(b) => sums.iter_mut().for_each(|c| *c += b[i]),
+        }
+    }
 }
 
 /// Which threads a product may use.
@@ -250,7 +259,7 @@ impl Panels<'_> {
                     // Along C's rows: tiles of a row block in turn, so C is written 128
                     // bytes a row at a time, row after row (AMX's panels of kc = 1024 fit
                     // no L1 whichever order; a weight gradient x^T g of 128 x 4096 x 4096
-                    // into f32 went from 264 to 541-627 GFLOP/s on two threads).
+                    // into f32 went from 264 to 510-627 GFLOP/s on two threads).
                     ((t / col_tiles) * mr, (t % col_tiles) * nr)
                 } else {
                     // Down C's columns: one B micro-panel stays in L1 for the whole column.
@@ -267,7 +276,7 @@ impl Panels<'_> {
                         debug_assert!(!accumulate, "a direct accumulator has one KC step");
                         kernel.tile(self.kc, ap, bp, tile.as_mut_ptr(), nr, false);
                         let at = ((ic + ir, rows), (jc + jr, cols));
-                        acc.round_tile::<C>(kernel.isa(), bias, at, &mut tile, nr);
+                        acc.round_tile::<C>(kernel, bias, at, &mut tile);
                         continue;
                     }
                     let dst = acc.ptr.add((ic + ir) * acc.ld + jc + jr);
@@ -374,13 +383,7 @@ impl Accumulator {
             for i in 0..mb {
                 // SAFETY: row i of the accumulator block.
                 let row = unsafe { core::slice::from_raw_parts_mut(self.ptr.add(i * self.ld), nb) };
-                match bias {
-                    Bias::Cols(b) => row
-                        .iter_mut()
-                        .zip(&b[j0..j0 + nb])
-                        .for_each(|(c, b)| *c += b),
-                    Bias::Rows(b) => row.iter_mut().for_each(|c| *c += b[i0 + i]),
-                }
+                bias.add_to_row(row, (i0 + i, j0));
             }
         }
         if self.in_place {
@@ -400,8 +403,8 @@ impl Accumulator {
         }
     }
 
-    /// Adds the bias to a complete tile's f32 sums (`rows x cols` at `ld` values a row, in
-    /// `tile`) and rounds them into C's block at rows `i..i + rows`, columns `j..j + cols`:
+    /// Adds the bias to a complete tile's f32 sums (`rows x cols` at the kernel's `nr` values
+    /// a row, in `tile`) and rounds them into C's block at rows `i..i + rows`, columns `j..j + cols`:
     /// one cast for the tile, then a row copy each.
     ///
     /// # Safety
@@ -409,30 +412,22 @@ impl Accumulator {
     /// no other thread touches it.
     unsafe fn round_tile<C: CpuFloat>(
         &self,
-        isa: crate::cpu::Isa,
+        kernel: Kernel,
         bias: Option<Bias<'_>>,
         ((i, rows), (j, cols)): ((usize, usize), (usize, usize)),
         tile: &mut [f32; 32 * 32],
-        ld: usize,
     ) {
+        let ld = kernel.nr();
         let (i0, j0) = (self.origin.0 + i, self.origin.1 + j);
         let sums = &mut tile[..rows * ld];
-        match bias {
-            Some(Bias::Cols(b)) => sums.chunks_exact_mut(ld).for_each(|row| {
-                row[..cols]
-                    .iter_mut()
-                    .zip(&b[j0..j0 + cols])
-                    .for_each(|(c, b)| *c += b)
-            }),
-            Some(Bias::Rows(b)) => sums
-                .chunks_exact_mut(ld)
-                .zip(&b[i0..i0 + rows])
-                .for_each(|(row, b)| row[..cols].iter_mut().for_each(|c| *c += b)),
-            None => {}
+        if let Some(bias) = bias {
+            for (r, row) in sums.chunks_exact_mut(ld).enumerate() {
+                bias.add_to_row(&mut row[..cols], (i0 + r, j0));
+            }
         }
         let mut rounded = [C::default(); 32 * 32];
         let rounded = &mut rounded[..rows * ld];
-        cast::convert(isa, sums, rounded).expect("equal lengths");
+        cast::convert(kernel.isa(), sums, rounded).expect("equal lengths");
         let c = self.c.cast::<C>();
         for (r, src) in rounded.chunks_exact(ld).enumerate() {
             // SAFETY: row i + r, columns j..j + cols of the block (our contract).
