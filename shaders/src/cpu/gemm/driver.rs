@@ -8,6 +8,16 @@
 //!       for each NR, MR tile:  kernel (written on the first KC, added on the next)
 //! ```
 //!
+//! The AMX kernel turns it round: it walks C along the rows, so the block that must stay in
+//! L2 while every tile reads it is B's, and A's rows are packed once for all of B's columns:
+//!
+//! ```text
+//! for each MC rows:
+//!   for each KC of k:          pack A's MC x KC panel
+//!     for each NC columns:     pack B's KC x NC panel (half of L2)
+//!       for each MR, NR tile:  kernel
+//! ```
+//!
 //! A larger one is cut into a grid of blocks of C (`grid`), rows by columns, and each block
 //! runs that loop on one of rayon's threads, packing its own rows of A and columns of B:
 //! one hand-over to the pool per product, where packing the shared operands first would
@@ -27,11 +37,16 @@ use crate::cpu::cast::{self, CpuFloat, Format};
 
 #[path = "grid.rs"]
 mod grid;
+#[path = "scratch.rs"]
+mod scratch;
+
+use scratch::Scratch;
 
 /// The block sizes of a kernel on a CPU: k per packed panel (`kc`: a B micro-panel of
 /// `kc x nr` fills half the L1 data cache), rows per packed A block (`mc`: `mc x kc` fills
 /// half of L2, a multiple of the tile height) and columns per packed B block (`nc`, on one
-/// thread: `kc x nc` within a quarter of the last-level cache).
+/// thread: `kc x nc` within a quarter of the last-level cache); for AMX, B's block in L2 and
+/// A's in the last level (see [`Blocking::of`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Blocking {
     pub kc: usize,
@@ -47,14 +62,17 @@ impl Blocking {
         // Bytes one value of k takes in a packed row or column: a word per value, or per
         // pair of bf16 values.
         let per_k = 4 * kernel.k_steps(64) / 64;
-        // AMX reads its B panel as tiles from L2, not a register-broadcast stream from L1: a
-        // deeper k per block spreads the C tiles' load and store over more products.
-        let kc_cache = if kernel.amx_a() {
-            caches.l2 as usize / 8
-        } else {
-            caches.l1d as usize / 2
-        };
-        let kc = (kc_cache / (nr * per_k)).clamp(128, 1024) / 32 * 32;
+        if kernel.amx_a() {
+            // AMX walks C along its rows (see `block`): a B block of `kc x nc` stays in
+            // half of L2 while every row tile reads it, and the A rows packed for a KC step
+            // are read once per B block, from L3. A deep k spreads the C tiles' load and
+            // store over more products.
+            let kc = (caches.l2 as usize / 8 / (nr * per_k)).clamp(128, 1024) / 32 * 32;
+            let nc = (caches.l2 as usize / 2 / (kc * per_k)).clamp(nr, 8192) / nr * nr;
+            let mc = (caches.l3 as usize / 4 / (kc * per_k)).clamp(mr, 4096) / mr * mr;
+            return Blocking { kc, mc, nc };
+        }
+        let kc = (caches.l1d as usize / 2 / (nr * per_k)).clamp(128, 1024) / 32 * 32;
         let mc = (caches.l2 as usize / 2 / (kc * per_k)).clamp(mr, 4096) / mr * mr;
         let nc = (caches.l3 as usize / 4 / (kc * per_k)).clamp(nr, 8192) / nr * nr;
         Blocking { kc, mc, nc }
@@ -194,33 +212,96 @@ unsafe fn block<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
             &mut scratch.acc,
         )
     };
-    for jc in (0..cs).step_by(nc_max) {
-        let nc = nc_max.min(cs - jc);
-        for pc in (0..k).step_by(kc_max) {
-            let kc = kc_max.min(k - pc);
-            let steps = kernel.k_steps(kc);
-            resize(&mut scratch.b, nc.div_ceil(nr) * steps * nr);
-            pack_b(kernel, b, (pc, kc), (c0 + jc, nc), &mut scratch.b);
-            for ic in (0..rs).step_by(mc_max) {
-                let mc = mc_max.min(rs - ic);
-                resize(&mut scratch.a, mc.div_ceil(mr) * steps * mr + SLACK);
-                pack_a(kernel, a, (r0 + ic, mc), (pc, kc), &mut scratch.a);
-                let panels = Panels {
-                    a: &scratch.a,
-                    b: &scratch.b,
-                    kc,
-                };
-                // SAFETY: rows ic..ic + mc and columns jc..jc + nc of the block, this
-                // thread's alone.
-                unsafe {
-                    panels.multiply::<C>(kernel, &acc, problem.bias, (ic, mc), (jc, nc), pc > 0)
-                };
+    let run = |step: Step, scratch: &mut Scratch| {
+        let Step {
+            rows: (ic, mc),
+            cols: (jc, nc),
+            pc,
+            pack,
+        } = step;
+        let kc = kc_max.min(k - pc);
+        let steps = kernel.k_steps(kc);
+        if pack.b {
+            let b_panels = scratch.b.words(nc.div_ceil(nr) * steps * nr);
+            pack_b(kernel, b, (pc, kc), (c0 + jc, nc), b_panels);
+        }
+        if pack.a {
+            let a_panels = scratch.a.words(mc.div_ceil(mr) * steps * mr + SLACK);
+            pack_a(kernel, a, (r0 + ic, mc), (pc, kc), a_panels);
+        }
+        let panels = Panels {
+            a: scratch.a.words(mc.div_ceil(mr) * steps * mr + SLACK),
+            b: scratch.b.words(nc.div_ceil(nr) * steps * nr),
+            kc,
+        };
+        // SAFETY: rows ic..ic + mc and columns jc..jc + nc of the block, this
+        // thread's alone.
+        unsafe { panels.multiply::<C>(kernel, &acc, problem.bias, (ic, mc), (jc, nc), pc > 0) };
+    };
+    if kernel.amx_a() {
+        for ic in (0..rs).step_by(mc_max) {
+            let mc = mc_max.min(rs - ic);
+            for pc in (0..k).step_by(kc_max) {
+                for (n, jc) in (0..cs).step_by(nc_max).enumerate() {
+                    let nc = nc_max.min(cs - jc);
+                    let pack = Pack { a: n == 0, b: true };
+                    run(
+                        Step {
+                            rows: (ic, mc),
+                            cols: (jc, nc),
+                            pc,
+                            pack,
+                        },
+                        &mut scratch,
+                    );
+                }
+            }
+        }
+    } else {
+        for jc in (0..cs).step_by(nc_max) {
+            let nc = nc_max.min(cs - jc);
+            for pc in (0..k).step_by(kc_max) {
+                for (n, ic) in (0..rs).step_by(mc_max).enumerate() {
+                    let mc = mc_max.min(rs - ic);
+                    let pack = Pack { a: true, b: n == 0 };
+                    run(
+                        Step {
+                            rows: (ic, mc),
+                            cols: (jc, nc),
+                            pc,
+                            pack,
+                        },
+                        &mut scratch,
+                    );
+                }
             }
         }
     }
     // SAFETY: the whole block, complete.
     unsafe { acc.finish::<A, B, C>(problem) };
     scratch.give_back();
+}
+
+/// A tile's f32 sums on the stack, on a cache line: AMX stores a tile row as one 64-byte
+/// line, and stores that straddle two lines made a product with k = 128 spend a third of
+/// its kernel time storing.
+#[repr(C, align(64))]
+struct TileSums([f32; 32 * 32]);
+
+/// One KC step of a block's rows by columns: its first row and rows, first column and
+/// columns (relative to the block), its first k, and which operands it packs.
+struct Step {
+    rows: (usize, usize),
+    cols: (usize, usize),
+    pc: usize,
+    pack: Pack,
+}
+
+/// Which operands a step packs (the other's panels are the last step's).
+#[derive(Clone, Copy)]
+struct Pack {
+    a: bool,
+    b: bool,
 }
 
 /// One KC step's packed A rows and B columns.
@@ -251,15 +332,17 @@ impl Panels<'_> {
         accumulate: bool,
     ) {
         let (mr, nr, steps) = (kernel.mr(), kernel.nr(), kernel.k_steps(self.kc));
-        let mut tile = [0f32; 32 * 32];
+        let mut tile = TileSums([0f32; 32 * 32]);
+        let tile = &mut tile.0;
         kernel.with_tiles(|| {
             let (row_tiles, col_tiles) = (mc.div_ceil(mr), nc.div_ceil(nr));
             for t in 0..row_tiles * col_tiles {
                 let (ir, jr) = if kernel.amx_a() {
                     // Along C's rows: tiles of a row block in turn, so C is written 128
-                    // bytes a row at a time, row after row (AMX's panels of kc = 1024 fit
-                    // no L1 whichever order; a weight gradient x^T g of 128 x 4096 x 4096
-                    // into f32 went from 264 to 510-627 GFLOP/s on two threads).
+                    // bytes a row at a time, row after row, and the A micro-panel is read
+                    // from near caches while B's block (in L2) passes by (a weight gradient
+                    // x^T g of 128 x 4096 x 4096 into f32 went from 264 to 510-627
+                    // GFLOP/s on two threads).
                     ((t / col_tiles) * mr, (t % col_tiles) * nr)
                 } else {
                     // Down C's columns: one B micro-panel stays in L1 for the whole column.
@@ -276,7 +359,7 @@ impl Panels<'_> {
                         debug_assert!(!accumulate, "a direct accumulator has one KC step");
                         kernel.tile(self.kc, ap, bp, tile.as_mut_ptr(), nr, false);
                         let at = ((ic + ir, rows), (jc + jr, cols));
-                        acc.round_tile::<C>(kernel, bias, at, &mut tile);
+                        acc.round_tile::<C>(kernel, bias, at, tile);
                         continue;
                     }
                     let dst = acc.ptr.add((ic + ir) * acc.ld + jc + jr);
@@ -435,36 +518,5 @@ impl Accumulator {
                 unsafe { core::slice::from_raw_parts_mut(c.add((i + r) * self.c_ld + j), cols) };
             dst.copy_from_slice(&src[..cols]);
         }
-    }
-}
-
-fn resize(buf: &mut Vec<u32>, len: usize) {
-    if buf.len() < len {
-        buf.resize(len, 0);
-    }
-}
-
-/// A thread's packing buffers and f32 sums, kept between products so that a training step
-/// does not fault in fresh pages for every matmul.
-#[derive(Default)]
-struct Scratch {
-    a: Vec<u32>,
-    b: Vec<u32>,
-    acc: Vec<f32>,
-}
-
-thread_local! {
-    /// Why a thread-local: packing buffers are per-thread scratch (megabytes, reused by
-    /// every product the thread runs); they hold no state between products.
-    static SCRATCH: core::cell::Cell<Option<Scratch>> = const { core::cell::Cell::new(None) };
-}
-
-impl Scratch {
-    fn take() -> Scratch {
-        SCRATCH.with(|s| s.take()).unwrap_or_default()
-    }
-
-    fn give_back(self) {
-        SCRATCH.with(|s| s.set(Some(self)));
     }
 }
