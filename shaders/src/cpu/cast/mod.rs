@@ -241,6 +241,11 @@ fn convert_serial<S: CpuFloat, D: CpuFloat>(isa: Isa, src: &[S], dst: &mut [D], 
 
 fn f32_to_bf16(isa: Isa, src: &[u32], dst: &mut [u16]) {
     #[cfg(target_arch = "x86_64")]
+    if isa.has_avx512_bf16() {
+        // SAFETY: the Isa value proves AVX-512F.
+        return unsafe { x86::f32_to_bf16_avx512(src, dst) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if isa.has_avx2() {
         // SAFETY: the Isa value proves AVX2.
         return unsafe { x86::f32_to_bf16(src, dst) };
