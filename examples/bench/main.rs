@@ -45,7 +45,7 @@ fn main() {
     let usage = || -> ! {
         eprintln!(
             "usage: bench [--quick] [--out FILE] [--only cpu|wgpu|cuda] [--python PATH] \
-             [--threads N] [--scaling] [--profile encoder|cnn|gpt|mlp [--policy SPEC]]"
+             [--threads N] [--scaling] [--profile encoder|cnn|gpt|mlp|stack [--policy SPEC]]"
         );
         std::process::exit(2);
     };
@@ -141,6 +141,11 @@ fn main() {
             "cnn" => Workload::Cnn { batch: 64 },
             "gpt" => Workload::GPT_CPU,
             "mlp" => mlp,
+            "stack" => Workload::Stack {
+                width: 1024,
+                layers: 4,
+                batch: 512,
+            },
             _ => usage(),
         };
         if let Some(spec) = &policy
