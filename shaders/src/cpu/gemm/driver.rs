@@ -245,10 +245,11 @@ unsafe fn block<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
                 for (n, jc) in (0..cs).step_by(nc_max).enumerate() {
                     let nc = nc_max.min(cs - jc);
                     let pack = Pack { a: n == 0, b: true };
+                    let (rows, cols) = ((ic, mc), (jc, nc));
                     run(
                         Step {
-                            rows: (ic, mc),
-                            cols: (jc, nc),
+                            rows,
+                            cols,
                             pc,
                             pack,
                         },
@@ -264,10 +265,11 @@ unsafe fn block<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
                 for (n, ic) in (0..rs).step_by(mc_max).enumerate() {
                     let mc = mc_max.min(rs - ic);
                     let pack = Pack { a: true, b: n == 0 };
+                    let (rows, cols) = ((ic, mc), (jc, nc));
                     run(
                         Step {
-                            rows: (ic, mc),
-                            cols: (jc, nc),
+                            rows,
+                            cols,
                             pc,
                             pack,
                         },
