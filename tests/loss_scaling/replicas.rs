@@ -219,7 +219,7 @@ fn launch(case: &str, test: &str) -> [Report; 2] {
     let dir = std::env::temp_dir().join(format!("burn-amp-{case}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("report directory");
     let started = Instant::now();
-    let mut child = mpirun(2)
+    let mut child = mpirun(2, &dir)
         .args(["-x", ENV])
         .arg(&exe)
         .args([
@@ -275,12 +275,16 @@ fn now_ms() -> u64 {
 
 /// `mpirun -n ranks` as it runs anywhere: as root too (containers), with more ranks than
 /// cores, and without the shared-memory single-copy mechanism containers lack.
-fn mpirun(ranks: usize) -> Command {
+/// `mpirun -n ranks`, its temporary files under `tmp`: Open MPI's session directory is
+/// otherwise `/tmp/ompi.<host>.<uid>` for every job, and two jobs the harness starts at once
+/// can race to create it ("mkdir ... File exists"), which fails one of them.
+fn mpirun(ranks: usize, tmp: &Path) -> Command {
     let mut command = Command::new("mpirun");
     command
         .args(["--allow-run-as-root", "--oversubscribe", "-n"])
         .arg(ranks.to_string())
-        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none");
+        .env("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+        .env("TMPDIR", tmp);
     command
 }
 
