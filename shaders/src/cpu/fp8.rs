@@ -35,6 +35,7 @@ use super::Isa;
 use super::cast::{self, CpuFloat};
 use super::erased::{Floats, FloatsMut, typed, typed_mut, typed_same};
 use super::multiversion::multiversion;
+use super::nn::math::small_int;
 use crate::LaunchError;
 use crate::fp8::launch::BlockLayout;
 use crate::fp8::reference;
@@ -446,7 +447,9 @@ multiversion! {
             let mut code = if d >= g.normal {
                 (d >> g.shift).wrapping_sub(g.offset)
             } else {
-                (f32::from_bits(d) * g.inv_step) as u32
+                // A whole number of steps below the smallest normal (`as u32` would
+                // saturate, lane by lane in scalar code).
+                small_int(f32::from_bits(d) * g.inv_step) as u32
             };
             code = if d > g.max { g.overflow_code } else { code };
             code = if a == INF { g.infinity_code } else { code };
