@@ -201,14 +201,18 @@ fn retype<U: bytemuck::Pod, T: CpuFloat>(v: Vec<U>) -> Vec<T> {
 }
 
 /// A slice of one of the kernel types as its raw bits (`u32` for f32, `u16` for the others).
-fn bits<T: CpuFloat, U>(values: &[T]) -> &[U] {
-    debug_assert_eq!(size_of::<T>(), size_of::<U>());
-    // SAFETY: T is f32, bf16 or f16, plain old data of U's size and alignment (u32 or u16).
+///
+/// # Panics
+/// If `U` is not `T`'s size (a constant comparison, folded away where it holds).
+pub(crate) fn bits<T: CpuFloat, U: bytemuck::Pod>(values: &[T]) -> &[U] {
+    assert_eq!(size_of::<T>(), size_of::<U>(), "bits of the same size");
+    // SAFETY: T is f32, bf16 or f16, plain old data of U's size (asserted); U is plain old
+    // data (`Pod`) whose alignment, for u32 or u16, is its size, so T's alignment.
     unsafe { core::slice::from_raw_parts(values.as_ptr().cast(), values.len()) }
 }
 
-fn bits_mut<T: CpuFloat, U>(values: &mut [T]) -> &mut [U] {
-    debug_assert_eq!(size_of::<T>(), size_of::<U>());
+fn bits_mut<T: CpuFloat, U: bytemuck::Pod>(values: &mut [T]) -> &mut [U] {
+    assert_eq!(size_of::<T>(), size_of::<U>(), "bits of the same size");
     // SAFETY: as in `bits`; every bit pattern is a valid T.
     unsafe { core::slice::from_raw_parts_mut(values.as_mut_ptr().cast(), values.len()) }
 }

@@ -193,11 +193,7 @@ unsafe fn block<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
 ) {
     let Problem { kernel, a, b, .. } = problem;
     let kernel = *kernel;
-    let Blocking {
-        kc: kc_max,
-        mc: mc_max,
-        nc: nc_max,
-    } = problem.blocking;
+    let kc_max = problem.blocking.kc;
     let k = a.cols();
     let (mr, nr) = (kernel.mr(), kernel.nr());
     let mut scratch = Scratch::take();
@@ -212,7 +208,7 @@ unsafe fn block<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
             &mut scratch.acc,
         )
     };
-    let run = |step: Step, scratch: &mut Scratch| {
+    for step in steps(kernel.amx_a(), (rs, cs, k), problem.blocking) {
         let Step {
             rows: (ic, mc),
             cols: (jc, nc),
@@ -237,47 +233,6 @@ unsafe fn block<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
         // SAFETY: rows ic..ic + mc and columns jc..jc + nc of the block, this
         // thread's alone.
         unsafe { panels.multiply::<C>(kernel, &acc, problem.bias, (ic, mc), (jc, nc), pc > 0) };
-    };
-    if kernel.amx_a() {
-        for ic in (0..rs).step_by(mc_max) {
-            let mc = mc_max.min(rs - ic);
-            for pc in (0..k).step_by(kc_max) {
-                for (n, jc) in (0..cs).step_by(nc_max).enumerate() {
-                    let nc = nc_max.min(cs - jc);
-                    let pack = Pack { a: n == 0, b: true };
-                    let (rows, cols) = ((ic, mc), (jc, nc));
-                    run(
-                        Step {
-                            rows,
-                            cols,
-                            pc,
-                            pack,
-                        },
-                        &mut scratch,
-                    );
-                }
-            }
-        }
-    } else {
-        for jc in (0..cs).step_by(nc_max) {
-            let nc = nc_max.min(cs - jc);
-            for pc in (0..k).step_by(kc_max) {
-                for (n, ic) in (0..rs).step_by(mc_max).enumerate() {
-                    let mc = mc_max.min(rs - ic);
-                    let pack = Pack { a: true, b: n == 0 };
-                    let (rows, cols) = ((ic, mc), (jc, nc));
-                    run(
-                        Step {
-                            rows,
-                            cols,
-                            pc,
-                            pack,
-                        },
-                        &mut scratch,
-                    );
-                }
-            }
-        }
     }
     // SAFETY: the whole block, complete.
     unsafe { acc.finish::<A, B, C>(problem) };
@@ -297,6 +252,48 @@ struct Step {
     cols: (usize, usize),
     pc: usize,
     pack: Pack,
+}
+
+/// The KC steps of an `rs x cs` block with depth `k`, in the order its kernel wants. Rows
+/// outer for AMX (`rows_outer`): A's row block packed once, at its first column block, and
+/// B's block (half of L2) packed at every step. Goto's order otherwise: B's block packed once
+/// per column block and depth, A's rows at every step.
+fn steps(
+    rows_outer: bool,
+    (rs, cs, k): (usize, usize, usize),
+    blocking: Blocking,
+) -> impl Iterator<Item = Step> {
+    let spans = |len: usize, size: usize| {
+        (0..len)
+            .step_by(size)
+            .map(move |at| (at, size.min(len - at)))
+    };
+    let (outer, inner) = if rows_outer {
+        ((rs, blocking.mc), (cs, blocking.nc))
+    } else {
+        ((cs, blocking.nc), (rs, blocking.mc))
+    };
+    spans(outer.0, outer.1).flat_map(move |o| {
+        (0..k).step_by(blocking.kc).flat_map(move |pc| {
+            spans(inner.0, inner.1).enumerate().map(move |(n, i)| {
+                let first = n == 0;
+                match rows_outer {
+                    true => Step {
+                        rows: o,
+                        cols: i,
+                        pc,
+                        pack: Pack { a: first, b: true },
+                    },
+                    false => Step {
+                        rows: i,
+                        cols: o,
+                        pc,
+                        pack: Pack { a: true, b: first },
+                    },
+                }
+            })
+        })
+    })
 }
 
 /// Which operands a step packs (the other's panels are the last step's).

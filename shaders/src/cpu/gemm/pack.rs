@@ -211,10 +211,7 @@ fn pack_amx_a_cols<S: CpuFloat>(
             let start = a.index(i0, k0 + k);
             let values = &a.data[start..start + rows];
             if S::FORMAT == crate::cpu::cast::Format::Bf16 {
-                // SAFETY: S is bf16 (its format says so): 2 bytes of bits, as u16.
-                let bits: &[u16] =
-                    unsafe { core::slice::from_raw_parts(values.as_ptr().cast(), rows) };
-                column[..rows].copy_from_slice(bits);
+                column[..rows].copy_from_slice(crate::cpu::cast::bits::<S, u16>(values));
             } else {
                 let out: &mut [half::bf16] = bytemuck::cast_slice_mut(&mut column[..rows]);
                 crate::cpu::cast::convert(kernel.isa(), values, out).expect("equal lengths");

@@ -40,8 +40,10 @@ pub(crate) fn exp(x: f32) -> f32 {
 /// `n`, a whole number with `|n| < 2^22`, as an `i32`: the low bits of `n + 1.5 * 2^23`,
 /// whose last mantissa bit is worth 1. (`as i32` saturates and sends NaN to 0, which x86
 /// has no vector instruction for: LLVM converted lane by lane, in scalar code, and GELU's
-/// backward pass, whose `exp` this is, took 1.7 times as long.) A NaN gives some number,
-/// and the NaN it multiplies keeps the result NaN.
+/// backward pass, whose `exp` this is, took 1.7 times as long.) Any other input (a NaN, a
+/// fraction, a larger number) gives some `i32` without panicking: callers pass such lanes
+/// only where the result is discarded or, for a NaN, multiplies the NaN that keeps the
+/// result NaN (the FP8 encoder computes every lane and selects the ones in range).
 #[inline(always)]
 pub(crate) fn small_int(n: f32) -> i32 {
     const SHIFT: f32 = 12_582_912.0;
