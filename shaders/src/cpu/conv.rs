@@ -292,18 +292,22 @@ fn im2col_row<S: CpuFloat, D: CpuFloat>(
         // SAFETY: one format is one type (f32, bf16 or f16): S is D.
         let x: &[D] = unsafe { core::slice::from_raw_parts(x.as_ptr().cast(), x.len()) };
         let zero = D::from_f32(0.0);
+        // The output rows whose input row is inside the image, and the first's input row:
+        // the rows above and below are zeros, and the loop over the others has no test.
+        let (ys, y0) = shape.valid(0, i, oh);
+        let sy = shape.stride[0];
         for (s, out) in samples.zip(row.chunks_mut(oh * ow)) {
             let plane = &x[(s * shape.channels + c) * h * w..][..h * w];
-            for (y, seg) in out.chunks_mut(ow).enumerate() {
-                match shape.input_at(0, y, i) {
-                    None => seg.fill(zero),
-                    Some(iy) => {
-                        let line = &plane[iy * w..][..w];
-                        seg[..xs.start].fill(zero);
-                        seg[xs.end..].fill(zero);
-                        strided_copy(&mut seg[xs.clone()], &line[x0..], sx, |v| *v);
-                    }
-                }
+            let (above, rest) = out.split_at_mut(ys.start * ow);
+            let (inside, below) = rest.split_at_mut(ys.len() * ow);
+            above.fill(zero);
+            below.fill(zero);
+            for (n, seg) in inside.chunks_exact_mut(ow).enumerate() {
+                let line = &plane[(y0 + n * sy) * w..][..w];
+                // A column or two of padding: stores, not a call to `memset`.
+                seg[..xs.start].iter_mut().for_each(|v| *v = zero);
+                seg[xs.end..].iter_mut().for_each(|v| *v = zero);
+                strided_copy(&mut seg[xs.clone()], &line[x0..], sx, |v| *v);
             }
         }
         return;
@@ -436,16 +440,16 @@ fn col2im_plane(shape: &ConvShape, dcols: &[f32], width: usize, p: usize, plane:
     let w = shape.size[1];
     let sx = shape.stride[1];
     let (s, c) = (p / shape.channels, p % shape.channels);
+    let sy = shape.stride[0];
     for i in 0..kh {
+        // The output rows that read an input row for this kernel row (see `im2col_row`).
+        let (ys, y0) = shape.valid(0, i, oh);
         for j in 0..kw {
             let k = (c * kh + i) * kw + j;
             let row = &dcols[k * width + s * positions..][..positions];
             let (xs, x0) = shape.valid(1, j, ow);
-            for y in 0..oh {
-                let Some(iy) = shape.input_at(0, y, i) else {
-                    continue;
-                };
-                let line = &mut plane[iy * w..][..w];
+            for (n, y) in ys.clone().enumerate() {
+                let line = &mut plane[(y0 + n * sy) * w..][..w];
                 let src = &row[y * ow..][xs.clone()];
                 strided_add(&mut line[x0..], src, sx);
             }

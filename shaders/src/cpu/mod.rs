@@ -34,6 +34,6 @@ pub mod layout;
 mod multiversion;
 pub mod nn;
 pub mod optim;
-mod pages;
+pub mod pages;
 
 pub use isa::Isa;

@@ -9,7 +9,14 @@ const HUGE_FROM: usize = 4 << 20;
 
 /// Asks the OS to back the memory of `v` with huge pages, where it is large enough and the
 /// OS offers them. Advisory: the values, and anything else about `v`, are unchanged.
-pub(crate) fn advise_huge<T>(v: &mut [T]) {
+///
+/// ```
+/// let mut v = vec![0f32; 4 << 20];
+/// burn_amp_kernels::cpu::pages::advise_huge(&mut v);
+/// v.fill(1.0); // a page fault per 2 MiB where the OS gave huge pages
+/// assert_eq!(v[123], 1.0);
+/// ```
+pub fn advise_huge<T>(v: &mut [T]) {
     let bytes = core::mem::size_of_val(v);
     if bytes < HUGE_FROM {
         return;

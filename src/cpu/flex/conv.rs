@@ -18,7 +18,7 @@ use rayon::prelude::*;
 
 use super::super::ConvGeometry;
 use super::layout::contiguous;
-use super::tensor::{format, from_vec, values, values_f32, zeros};
+use super::tensor::{converted, format, from_vec, to_fill, values, values_f32, zeros};
 use crate::dtype::with_float;
 
 /// Runs `$body` with `$F` bound to the element type of the compute format `$format`.
@@ -169,7 +169,7 @@ impl ConvPlan {
         bias: Option<&[f32]>,
     ) -> Vec<O> {
         let (l, oc) = (self.shape.positions(), self.out_channels);
-        let mut y = zeros::<O>(self.shape.batch * oc * l);
+        let mut y = to_fill::<O>(self.shape.batch * oc * l);
         let split = self.split();
         let run = |(samples, dst): (Range<usize>, &mut [O])| {
             let mut bufs = Buffers::take();
@@ -286,9 +286,7 @@ impl ConvPlan {
             }))
         }));
         let to = |v: Option<Vec<f32>>, dtype: DType, shape: Shape| {
-            v.map(
-                |v| with_float!(dtype, D => from_vec::<D>(cast::to_vec::<f32, D>(isa, &v), shape)),
-            )
+            v.map(|v| with_float!(dtype, D => from_vec::<D>(converted::<f32, D>(isa, &v), shape)))
         };
         [
             dx.map(|dx| dx.into_tensor(x.layout().shape().clone())),

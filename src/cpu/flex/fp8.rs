@@ -9,7 +9,7 @@ use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::{Isa, fp8};
 use burn_amp_kernels::fp8::launch::BlockLayout;
 use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format, ScaleRule};
-use burn_tensor::{Bytes, DType, FloatDType, Shape};
+use burn_tensor::{DType, FloatDType, Shape};
 
 use super::layout::contiguous;
 use super::tensor::{format, from_vec, values, values_f32};
@@ -33,7 +33,7 @@ pub(crate) fn fake_quantize(
     let shape = t.layout().shape().clone();
     Some(with_float!(t.dtype(), T => {
         let x = values::<T>(&t);
-        let mut out = super::tensor::zeros::<T>(x.len());
+        let mut out = super::tensor::to_fill::<T>(x.len());
         fp8::fake_quantize(isa, x, &mut out, layout, cast, rule)
             .unwrap_or_else(|e| panic!("FP8 fake quantization of a tensor of shape {shape:?}: {e}"));
         from_vec(out, shape)
@@ -96,7 +96,7 @@ pub(crate) fn quantize(
     });
     let n = words.len();
     Some(FlexTensor::new(
-        Bytes::from_elems(words),
+        super::pool::bytes(words),
         burn::backend::flex::Layout::contiguous(Shape::new([n])),
         DType::U32,
     ))
@@ -129,7 +129,7 @@ pub(crate) fn dequantize(
     }
     let invs = values_f32(isa, scale_invs);
     Some(with_float!(target, T => {
-        let mut out = super::tensor::zeros::<T>(len);
+        let mut out = super::tensor::to_fill::<T>(len);
         fp8::dequantize(isa, &bytes[..len], &mut out, layout, fp8_format, &invs)
             .unwrap_or_else(|e| panic!("FP8 dequantization of {len} codes: {e}"));
         from_vec(out, Shape::new([len]))

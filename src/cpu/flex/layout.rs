@@ -3,7 +3,6 @@
 
 use burn::backend::flex::{FlexTensor, Layout};
 use burn_amp_kernels::cpu::layout::copy_strided;
-use burn_tensor::Bytes;
 
 /// `t` itself when contiguous, else a contiguous copy of its values.
 pub(crate) fn contiguous(t: &FlexTensor) -> FlexTensor {
@@ -18,11 +17,11 @@ pub(crate) fn contiguous(t: &FlexTensor) -> FlexTensor {
             let Ok(src) = bytemuck::try_cast_slice::<u8, $word>(t.bytes()) else {
                 return t.to_contiguous();
             };
-            let mut out = vec![<$word>::default(); n];
+            let mut out = super::pool::to_fill::<$word>(n);
             if copy_strided(src, offset, shape.as_slice(), strides, &mut out).is_err() {
                 return t.to_contiguous();
             }
-            Bytes::from_elems(out)
+            super::pool::bytes(out)
         }};
     }
     let bytes = match t.dtype().size() {

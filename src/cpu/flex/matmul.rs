@@ -10,7 +10,9 @@ use burn_amp_kernels::cpu::{Isa, cast};
 use burn_tensor::{DType, Shape};
 use rayon::prelude::*;
 
-use super::tensor::{flatten_rows, format, from_vec, matrix, reshaped, values_f32, zeros};
+use super::tensor::{
+    converted, flatten_rows, format, from_vec, matrix, reshaped, to_fill, values_f32,
+};
 use crate::dtype::with_float;
 
 /// How a matmul's operands line up.
@@ -235,7 +237,7 @@ fn column_sums(isa: Isa, g: &FlexTensor, dtype: DType) -> FlexTensor {
             })
     }, _ => panic!("a gradient of dtype {:?}", g.dtype()));
     with_float!(dtype, D => {
-        from_vec::<D>(cast::to_vec::<f32, D>(isa, &sums), Shape::new([cols]))
+        from_vec::<D>(converted::<f32, D>(isa, &sums), Shape::new([cols]))
     }, _ => panic!("a bias of dtype {dtype:?}"))
 }
 
@@ -296,7 +298,7 @@ where
         }
         off
     };
-    let mut c = zeros::<C>(count * m * n);
+    let mut c = to_fill::<C>(count * m * n);
     let run = |e: usize, c: &mut [C]| {
         let am = matrix::<A>(a, offset(al.strides(), e));
         let bm = matrix::<B>(b, offset(bl.strides(), e));

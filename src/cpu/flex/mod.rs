@@ -13,6 +13,7 @@ mod layout;
 mod matmul;
 mod nn;
 mod optim;
+mod pool;
 #[macro_use]
 mod tensor;
 

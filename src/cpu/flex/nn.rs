@@ -11,7 +11,7 @@ use burn_tensor::ops::IntTensorOps;
 use burn_tensor::{BoolStore, DType, Distribution, ElementConversion, IntDType, Shape};
 
 use super::layout::contiguous;
-use super::tensor::{format, from_vec, values, values_f32, zeros};
+use super::tensor::{converted, format, from_vec, to_fill, values, values_f32};
 use crate::dtype::with_float;
 
 /// A new contiguous tensor of `$shape` in `$dtype`, its values written by `$body` into `$y`
@@ -20,7 +20,7 @@ macro_rules! new_tensor {
     ($shape:expr, $dtype:expr, $y:ident => $body:expr) => {{
         let shape: Shape = $shape;
         with_float!($dtype, O => {
-            let mut out = zeros::<O>(shape.num_elements());
+            let mut out = to_fill::<O>(shape.num_elements());
             {
                 let $y: &mut [O] = &mut out;
                 $body;
@@ -137,7 +137,7 @@ pub(crate) fn layer_norm_backward(
     let (dgamma, dbeta) = sums;
     let vector = |v: Vec<f32>, dtype: DType| {
         with_float!(dtype, D => from_vec::<D>(
-            burn_amp_kernels::cpu::cast::to_vec::<f32, D>(isa, &v),
+            converted::<f32, D>(isa, &v),
             Shape::new([row]),
         ))
     };
@@ -256,7 +256,7 @@ pub(crate) fn mask_fill(x: &FlexTensor, mask: &FlexTensor, value: f64) -> FlexTe
         offset: layout.start_offset(),
     };
     with_float!(x.dtype(), T => {
-        let mut out = zeros::<T>(shape.num_elements());
+        let mut out = to_fill::<T>(shape.num_elements());
         nn::mask_fill(values::<T>(&x), mask.bytes(), mask_layout, value.elem::<T>(), &mut out)
             .expect("a mask of x's rank (`takes_mask`), inside its own bytes");
         from_vec::<T>(out, shape)

@@ -1,9 +1,10 @@
 //! Flex tensors as the CPU kernels' slices and matrix views.
 
 use burn::backend::flex::{FlexTensor, Layout};
+use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::cast::{CpuFloat, Format};
 use burn_amp_kernels::cpu::gemm::MatRef;
-use burn_tensor::{Bytes, DType, Element, Shape};
+use burn_tensor::{DType, Element, Shape};
 
 /// The kernels' format of a Burn dtype, if they take it.
 pub(super) fn format(dtype: DType) -> Option<Format> {
@@ -22,15 +23,28 @@ pub(super) fn from_vec<T: CpuFloat + Element + bytemuck::NoUninit>(
 ) -> FlexTensor {
     debug_assert_eq!(values.len(), shape.num_elements());
     FlexTensor::new(
-        Bytes::from_elems(values),
+        super::pool::bytes(values),
         Layout::contiguous(shape),
         T::dtype(),
     )
 }
 
-/// A zeroed buffer for `len` values of `T` (fresh zero pages, no pass over them).
-pub(super) fn zeros<T: CpuFloat>(len: usize) -> Vec<T> {
-    burn_amp_kernels::cpu::cast::zeroed(len)
+/// A buffer of `len` zeros of `T` (see [`pool`](super::pool)).
+pub(super) fn zeros<T: bytemuck::Pod>(len: usize) -> Vec<T> {
+    super::pool::zeros(len)
+}
+
+/// `src` converted to `D`, in a buffer of [`to_fill`].
+pub(super) fn converted<S: CpuFloat, D: CpuFloat + bytemuck::Pod>(isa: Isa, src: &[S]) -> Vec<D> {
+    let mut dst = to_fill(src.len());
+    burn_amp_kernels::cpu::cast::convert(isa, src, &mut dst).expect("equal lengths");
+    dst
+}
+
+/// A buffer of `len` values of `T` for a caller that writes every one (its values until
+/// then are unspecified; see [`pool`](super::pool)).
+pub(super) fn to_fill<T: bytemuck::Pod>(len: usize) -> Vec<T> {
+    super::pool::to_fill(len)
 }
 
 /// The matrix formed by the last two dimensions of `t`, starting `offset` values past its

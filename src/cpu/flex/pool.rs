@@ -1,0 +1,225 @@
+//! Tensor memory kept for the next step. The large buffers of the tensors the CPU kernels
+//! write come back here when Burn drops the tensor, and the next tensor of the same size
+//! and alignment takes one instead of asking the allocator: a training step makes the same
+//! tensors every step, and memory fresh from the OS costs a page fault per page and its
+//! zeroing at the first write (a small CNN's ReLU outputs took four times as long to write
+//! as memory already used on a 2-core VM). The pool holds at most [`LIMIT`] bytes; beyond
+//! that the oldest buffers go back to the allocator.
+
+use core::mem::MaybeUninit;
+use core::ptr::NonNull;
+use std::alloc::Layout;
+use std::sync::Mutex;
+
+use burn_amp_kernels::cpu::pages;
+use burn_tensor::{AllocationProperty, Bytes};
+use cubecl::bytes::AllocationController;
+
+/// Buffers from this size up are kept (smaller ones come from the allocator's own free
+/// lists, already touched).
+const SMALLEST: usize = 256 << 10;
+
+/// Bytes the pool keeps at most.
+const LIMIT: usize = 1 << 30;
+
+// Tensors are dropped on whatever thread Burn drops them, and a buffer freed on one thread
+// serves the next tensor of its size on any other: one pool per process, as the allocator.
+static POOL: Mutex<Free> = Mutex::new(Free {
+    blocks: Vec::new(),
+    bytes: 0,
+});
+
+/// The buffers kept, oldest first, and their bytes.
+struct Free {
+    blocks: Vec<Block>,
+    bytes: usize,
+}
+
+/// A buffer from the global allocator, `layout` in size and alignment, every byte of it
+/// initialized.
+struct Block {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: a block is owned memory with no thread affinity; whoever holds it alone uses it.
+unsafe impl Send for Block {}
+
+/// A vector of `len` values for a caller that writes every one: a kept buffer of its size
+/// (holding some earlier tensor's values) where there is one, else zeros from fresh
+/// memory.
+pub(super) fn to_fill<T: bytemuck::Pod>(len: usize) -> Vec<T> {
+    taken(len).unwrap_or_else(|| fresh(len))
+}
+
+/// A vector of `len` zeros: a kept buffer of its size cleared, or fresh zero pages.
+pub(super) fn zeros<T: bytemuck::Pod>(len: usize) -> Vec<T> {
+    match taken::<T>(len) {
+        Some(mut v) => {
+            v.fill(T::zeroed());
+            v
+        }
+        None => fresh(len),
+    }
+}
+
+/// `len` zeros in new memory: zero pages from the OS for a large vector, touched first by
+/// whoever fills them, huge where the OS offers them.
+fn fresh<T: bytemuck::Pod>(len: usize) -> Vec<T> {
+    let mut v = bytemuck::zeroed_vec(len);
+    pages::advise_huge(&mut v);
+    v
+}
+
+/// A kept buffer for exactly `len` values of `T`.
+fn taken<T: bytemuck::Pod>(len: usize) -> Option<Vec<T>> {
+    let layout = Layout::array::<T>(len).ok()?;
+    if layout.size() < SMALLEST {
+        return None;
+    }
+    let block = {
+        let mut free = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        let at = free.blocks.iter().rposition(|b| b.layout == layout)?;
+        free.bytes -= layout.size();
+        free.blocks.remove(at)
+    };
+    // SAFETY: the block was allocated by the global allocator with `layout`, which is
+    // `[T; len]`'s; its bytes are initialized and any bits are a valid `T` (`Pod`); it is
+    // ours alone, and the vector frees it with the same layout.
+    Some(unsafe { Vec::from_raw_parts(block.ptr.as_ptr().cast::<T>(), len, len) })
+}
+
+/// `values` as a tensor's bytes, whose buffer comes back to the pool when the tensor is
+/// dropped (a small or partly filled vector is handed over as it is).
+pub(super) fn bytes<T: bytemuck::NoUninit + Send + Sync>(values: Vec<T>) -> Bytes {
+    let layout = Layout::for_value(values.as_slice());
+    if values.len() != values.capacity() || layout.size() < SMALLEST {
+        return Bytes::from_elems(values);
+    }
+    let mut values = core::mem::ManuallyDrop::new(values);
+    let ptr = NonNull::new(values.as_mut_ptr().cast::<u8>()).expect("a vector's buffer");
+    let size = layout.size();
+    // SAFETY: the vector's buffer, `layout` exactly (length = capacity), every byte
+    // initialized, now owned by the controller.
+    unsafe { Bytes::from_controller(Box::new(Kept(Some(Block { ptr, layout }))), size) }
+}
+
+/// The controller of a tensor's bytes that keeps its buffer on drop. `None` once
+/// detached into a vector (then whoever holds that frees it).
+struct Kept(Option<Block>);
+
+impl AllocationController for Kept {
+    fn alloc_align(&self) -> usize {
+        self.0.as_ref().map_or(1, |b| b.layout.align())
+    }
+
+    fn property(&self) -> AllocationProperty {
+        AllocationProperty::Native
+    }
+
+    unsafe fn memory_mut(&mut self) -> &mut [MaybeUninit<u8>] {
+        match &self.0 {
+            // SAFETY: the block is ours and `layout.size()` bytes long.
+            Some(b) => unsafe {
+                core::slice::from_raw_parts_mut(b.ptr.as_ptr().cast(), b.layout.size())
+            },
+            None => &mut [],
+        }
+    }
+
+    fn memory(&self) -> &[MaybeUninit<u8>] {
+        match &self.0 {
+            // SAFETY: as in `memory_mut`.
+            Some(b) => unsafe {
+                core::slice::from_raw_parts(b.ptr.as_ptr().cast(), b.layout.size())
+            },
+            None => &[],
+        }
+    }
+
+    fn try_detach(&mut self) -> Option<NonNull<u8>> {
+        // The buffer is the global allocator's, with the layout `alloc_align` reports.
+        self.0.take().map(|b| b.ptr)
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        let Some(block) = self.0.take() else { return };
+        let size = block.layout.size();
+        let evicted = {
+            let mut free = POOL.lock().unwrap_or_else(|e| e.into_inner());
+            free.blocks.push(block);
+            free.bytes += size;
+            let mut evicted = Vec::new();
+            while free.bytes > LIMIT {
+                let oldest = free.blocks.remove(0);
+                free.bytes -= oldest.layout.size();
+                evicted.push(oldest);
+            }
+            evicted
+        };
+        for b in evicted {
+            // SAFETY: allocated by the global allocator with this layout, ours alone.
+            unsafe { std::alloc::dealloc(b.ptr.as_ptr(), b.layout) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dropped_tensor_buffer_serves_the_next_of_its_size() {
+        // A size no other test asks for, so the pool's block of it is this test's.
+        let len = (SMALLEST / 4) * 3 + 5;
+        let v: Vec<f32> = (0..len).map(|i| i as f32).collect();
+        let ptr = v.as_ptr();
+        let kept = bytes(v);
+        assert_eq!(kept.len(), len * 4);
+        assert_eq!(
+            bytemuck::cast_slice::<u8, f32>(&kept)[len - 1],
+            (len - 1) as f32
+        );
+        drop(kept);
+        let again = to_fill::<f32>(len);
+        assert_eq!(again.as_ptr(), ptr, "the kept buffer");
+        assert_eq!(again[len - 1], (len - 1) as f32, "its values, as left");
+        drop(bytes(again));
+        let cleared = zeros::<f32>(len);
+        assert_eq!(cleared.as_ptr(), ptr);
+        assert!(
+            cleared.iter().all(|&x| x == 0.0),
+            "zeros clears a kept buffer"
+        );
+        // Another size or alignment does not take it.
+        drop(bytes(cleared));
+        let other = to_fill::<half::bf16>(len * 2);
+        assert_ne!(other.as_ptr().cast::<f32>(), ptr);
+        assert!(
+            other.iter().all(|x| x.to_f32() == 0.0),
+            "fresh memory is zeros"
+        );
+    }
+
+    #[test]
+    fn small_or_partly_filled_vectors_are_not_kept() {
+        let small = bytes(vec![1u16; 16]);
+        assert_eq!(small.len(), 32);
+        let mut partial = Vec::<u32>::with_capacity(SMALLEST);
+        partial.extend(0..10);
+        let b = bytes(partial);
+        assert_eq!(b.len(), 40);
+        assert_eq!(bytemuck::cast_slice::<u8, u32>(&b)[9], 9);
+    }
+
+    #[test]
+    fn a_detached_buffer_becomes_a_vector() {
+        let len = SMALLEST / 2 + 7;
+        let b = bytes(vec![3u16; len]);
+        let v = b.try_into_vec::<u16>().expect("a kept buffer detaches");
+        assert_eq!(v.len(), len);
+        assert!(v.iter().all(|&x| x == 3));
+    }
+}
