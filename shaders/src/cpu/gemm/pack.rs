@@ -133,8 +133,8 @@ pub(super) fn pack_b<S: CpuFloat>(
     }
 }
 
-/// An A panel in the AMX layout from rows contiguous along k: each row converted to bf16
-/// in one vectorised cast (`half`'s rounding, as `value` rounds) of up to [`ROW_CHUNK`]
+/// An A panel in the AMX layout from rows contiguous along k: a bf16 row's blocks of 32
+/// copied as they are; any other row converted to bf16 in one vectorised cast (`half`'s rounding, as `value` rounds) of up to [`ROW_CHUNK`]
 /// values, then laid out 32 values (one 64-byte tile row) at a time; zeros past `rows`
 /// rows and past `kc`. One cast a row, not one per block of 32: on the small products of
 /// a transformer's step (k of 128), the casts' dispatch took longer than the copies.
@@ -148,6 +148,32 @@ fn pack_amx_a_rows<S: CpuFloat>(
 ) {
     use super::kernel::amx::{MR, a_index};
     let blocks = panel.len() / MR / 16;
+    if S::FORMAT == Format::Bf16 {
+        // Already bf16: each block of 32 copied straight into its tile row (a staging copy
+        // through the cast was 7% of a linear stack's step).
+        let words: &mut [u16] = bytemuck::cast_slice_mut(panel);
+        for i in 0..MR {
+            let row = if i < rows {
+                let start = a.index(i0 + i, k0);
+                crate::cpu::cast::bits::<S, u16>(&a.data[start..start + kc])
+            } else {
+                &[]
+            };
+            for blk in 0..blocks {
+                let at = 2 * a_index(i, blk * 16);
+                let dst: &mut [u16; 32] = (&mut words[at..at + 32]).try_into().expect("a tile row");
+                match row.get(blk * 32..blk * 32 + 32) {
+                    Some(src) => *dst = src.try_into().expect("32 values"),
+                    None => {
+                        let src = row.get(blk * 32..).unwrap_or(&[]);
+                        dst[..src.len()].copy_from_slice(src);
+                        dst[src.len()..].fill(0);
+                    }
+                }
+            }
+        }
+        return;
+    }
     let values: &mut [half::bf16] = bytemuck::cast_slice_mut(panel);
     let mut row = [half::bf16::ZERO; ROW_CHUNK];
     for i in 0..MR {
