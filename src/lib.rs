@@ -60,6 +60,8 @@ mod registry;
 
 pub use backend::{MixedPrecision, ScaledGradients, cast_to_output, op_classes};
 pub use context::{global_policy, set_global_policy, with_policy};
+#[cfg(feature = "flex")]
+pub use cpu::flex::empty_cache;
 pub use loss_scale::{
     LossScale, LossScaleConfig, LossScaleError, LossScaleOptimizer, LossScaleOptimizerRecord,
 };

@@ -14,6 +14,8 @@ mod matmul;
 mod nn;
 mod optim;
 mod pool;
+
+pub use pool::empty_cache;
 #[macro_use]
 mod tensor;
 
