@@ -134,9 +134,9 @@ pub(super) fn pack_b<S: CpuFloat>(
 }
 
 /// An A panel in the AMX layout from rows contiguous along k: a bf16 row's blocks of 32
-/// copied as they are; any other row converted to bf16 in one vectorised cast (`half`'s rounding, as `value` rounds) of up to [`ROW_CHUNK`]
-/// values, then laid out 32 values (one 64-byte tile row) at a time; zeros past `rows`
-/// rows and past `kc`. One cast a row, not one per block of 32: on the small products of
+/// copied as they are; any other row converted to bf16 in one vectorised cast (`half`'s
+/// rounding, as `value` rounds) of up to [`ROW_CHUNK`] values, then laid out 32 values
+/// (one 64-byte tile row) at a time; zeros past `rows` rows and past `kc`. One cast a row, not one per block of 32: on the small products of
 /// a transformer's step (k of 128), the casts' dispatch took longer than the copies.
 #[cfg(target_arch = "x86_64")]
 fn pack_amx_a_rows<S: CpuFloat>(
