@@ -624,3 +624,88 @@ fn a_convolutions_weight_and_bias_gradients_are_f32_sums_over_the_batch() {
     // The bias gradient is a sum of 0.5s: exact in f32 either way.
     assert_eq!(b_ours, b_flex);
 }
+
+/// `(x, y)`, or `(y, x)` where `swap`.
+fn ordered<T>(swap: bool, x: T, y: T) -> (T, T) {
+    if swap { (y, x) } else { (x, y) }
+}
+
+/// `x op y` for the four arithmetic ops, on any backend.
+fn arithmetic<B: Backend>(op: usize, x: Tensor<B, 2>, y: Tensor<B, 2>) -> Tensor<B, 2> {
+    match op {
+        0 => x + y,
+        1 => x - y,
+        2 => x * y,
+        _ => x / y,
+    }
+}
+
+#[test]
+fn broadcast_operands_run_on_the_kernels_and_get_their_gradients_summed_back() {
+    let (rows, cols) = (6, 11);
+    // Away from 0, so that either side may divide.
+    let a: Vec<f32> = Lcg::new(8)
+        .vec(rows * cols, 3.0)
+        .iter()
+        .map(|v| v.abs() + 1.0)
+        .collect();
+    let r: Vec<f32> = Lcg::new(9).vec(cols, 1.0).iter().map(|v| v + 2.0).collect();
+    let w = Lcg::new(99).vec(rows * cols, 1.0);
+    let device = Default::default();
+    for policy in MIXED {
+        let parsed: Policy = policy.parse().unwrap();
+        for dtype in [FloatDType::BF16, FloatDType::F16] {
+            for op in 0..4 {
+                for row_first in [false, true] {
+                    let what = format!("op {op}, row first {row_first} ({policy}, {dtype:?})");
+                    let (ours, profile) = cost::profile(|| {
+                        with_policy(parsed, || {
+                            let at = tensor::<Ad, 2>(&a, [rows, cols], dtype).require_grad();
+                            let rt = tensor::<Ad, 2>(&r, [1, cols], dtype).require_grad();
+                            let (x, y) = ordered(row_first, at.clone(), rt.clone());
+                            let out = arithmetic(op, x, y);
+                            let wt = Tensor::<Ad, 2>::from_data(
+                                TensorData::new(w.clone(), [rows, cols]),
+                                &device,
+                            );
+                            let grads = (out.clone().cast(FloatDType::F32) * wt).sum().backward();
+                            let (ga, gr) = (at.grad(&grads).unwrap(), rt.grad(&grads).unwrap());
+                            assert_eq!(gr.dims(), [1, cols], "{what}: the row's gradient shape");
+                            assert_eq!(gr.dtype(), dtype.into(), "{what}: in the row's dtype");
+                            (values(out), values(ga), values(gr))
+                        })
+                    });
+                    assert!(
+                        profile.entries().any(|e| e.op == "arithmetic (backward)"),
+                        "{what}: the op and its backward pass are burn-amp's: {profile}"
+                    );
+                    // Bare Flex in f32 on the rounded values, the output's gradient rounded
+                    // as ours is (the output is in `dtype`).
+                    let rounded = |v: &[f32], dims: [usize; 2]| {
+                        TensorData::new(values(tensor::<Flex, 2>(v, dims, dtype)), dims)
+                    };
+                    let at = Tensor::<Bare, 2>::from_data(rounded(&a, [rows, cols]), &device)
+                        .require_grad();
+                    let rt = Tensor::<Bare, 2>::from_data(rounded(&r, [1, cols]), &device)
+                        .require_grad();
+                    let (x, y) = ordered(row_first, at.clone(), rt.clone());
+                    let out = arithmetic(op, x, y);
+                    let wt = Tensor::<Bare, 2>::from_data(rounded(&w, [rows, cols]), &device);
+                    let grads = (out.clone() * wt).sum().backward();
+                    let tol = 1.0 / 128.0;
+                    assert_close(&format!("{what}: output"), &ours.0, &values(out), tol, 1e-3);
+                    let ga = values(at.grad(&grads).unwrap());
+                    assert_close(
+                        &format!("{what}: full operand's gradient"),
+                        &ours.1,
+                        &ga,
+                        tol,
+                        1e-3,
+                    );
+                    let gr = values(rt.grad(&grads).unwrap());
+                    assert_close(&format!("{what}: row's gradient"), &ours.2, &gr, tol, 1e-3);
+                }
+            }
+        }
+    }
+}

@@ -7,8 +7,8 @@ use burn::backend::Flex;
 use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::nn::{self, BinaryOp, LayerNormStats};
-use burn_tensor::ops::IntTensorOps;
-use burn_tensor::{BoolStore, DType, Distribution, ElementConversion, IntDType, Shape};
+use burn_tensor::ops::{FloatTensorOps, IntTensorOps};
+use burn_tensor::{BoolStore, DType, Distribution, ElementConversion, FloatDType, IntDType, Shape};
 
 use super::layout::contiguous;
 use super::tensor::{converted, format, from_vec, to_fill, values, values_f32};
@@ -176,12 +176,47 @@ pub(crate) fn relu_backward(isa: Isa, y: &FlexTensor, dy: &FlexTensor, dtype: DT
     })))
 }
 
-/// Whether the elementwise kernels take `a op b`: dtypes they read, one shape.
+/// Whether the elementwise kernels take `a op b`: dtypes they read, shapes that broadcast.
 pub(crate) fn takes_binary(a: &FlexTensor, b: &FlexTensor) -> bool {
-    takes(a) && takes(b) && a.layout().shape() == b.layout().shape()
+    takes(a) && takes(b) && broadcast_shape(a.layout().shape(), b.layout().shape()).is_some()
 }
 
-/// `a op b` (same shape), in `dtype`.
+/// The shape `a` and `b` broadcast to: one rank, each dimension equal or 1 on one side.
+pub(crate) fn broadcast_shape(a: &Shape, b: &Shape) -> Option<Shape> {
+    if a.num_dims() != b.num_dims() {
+        return None;
+    }
+    let dims = a
+        .as_slice()
+        .iter()
+        .zip(b.as_slice())
+        .map(|(&x, &y)| match (x, y) {
+            _ if x == y => Some(x),
+            (1, y) => Some(y),
+            (x, 1) => Some(x),
+            _ => None,
+        });
+    Some(Shape::from(dims.collect::<Option<Vec<_>>>()?))
+}
+
+/// `g`, the gradient of an operand broadcast to `g`'s shape, summed back to the operand's
+/// `shape` (in f32, whatever `g`'s dtype) and given in `dtype`.
+pub(crate) fn unbroadcast(isa: Isa, g: FlexTensor, shape: &Shape, dtype: DType) -> FlexTensor {
+    if g.layout().shape() == shape {
+        return g;
+    }
+    let mut sum = super::cast::cast(isa, g, FloatDType::F32);
+    for (d, &n) in shape.as_slice().iter().enumerate() {
+        if n == 1 && sum.layout().shape()[d] != 1 {
+            sum = Flex::float_sum_dim(sum, d);
+        }
+    }
+    let dtype = FloatDType::from(dtype);
+    super::cast::cast(isa, sum, dtype)
+}
+
+/// `a op b` (shapes that broadcast, see [`takes_binary`]), in `dtype`: an operand of 1
+/// along a dimension the other has is read as repeated along it.
 pub(crate) fn binary(
     isa: Isa,
     op: BinaryOp,
@@ -189,8 +224,15 @@ pub(crate) fn binary(
     b: &FlexTensor,
     dtype: DType,
 ) -> FlexTensor {
-    let (a, b) = (contiguous(a), contiguous(b));
-    new_tensor!(a.layout().shape().clone(), dtype, y => with_float!(a.dtype(), A => with_float!(b.dtype(), B => {
+    let shape = broadcast_shape(a.layout().shape(), b.layout().shape())
+        .expect("shapes that broadcast (takes_binary)");
+    // Expanded as views (stride 0 along the repeated dimensions), then made contiguous.
+    let expand = |t: &FlexTensor| match t.layout().shape() == &shape {
+        true => contiguous(t),
+        false => contiguous(&Flex::float_expand(t.clone(), shape.clone())),
+    };
+    let (a, b) = (expand(a), expand(b));
+    new_tensor!(shape, dtype, y => with_float!(a.dtype(), A => with_float!(b.dtype(), B => {
         nn::binary(isa, op, values::<A>(&a), values::<B>(&b), y).expect("equal lengths")
     })))
 }

@@ -11,8 +11,8 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary as binary_grad
 use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::nn::{BinaryOp, LayerNormStats};
-use burn_tensor::DType;
 use burn_tensor::ops::{FloatTensor, FloatTensorOps};
+use burn_tensor::{DType, Shape};
 
 use super::super::super::{LayerNormArgs, Routed};
 use super::super::nn as flex_nn;
@@ -192,7 +192,7 @@ pub(crate) fn relu<C: CheckpointStrategy>(isa: Isa, x: Tensor<C>) -> Routed<Tens
 struct Binary;
 
 /// What the backward pass of `lhs op rhs` needs: the op, the operands it reads (mul, div),
-/// the operands' dtypes.
+/// the operands' dtypes and shapes (an operand broadcast gets its gradient summed back).
 #[derive(Clone, Debug)]
 struct BinaryState {
     isa: Isa,
@@ -200,6 +200,7 @@ struct BinaryState {
     lhs: Option<FlexTensor>,
     rhs: Option<FlexTensor>,
     dtypes: [DType; 2],
+    shapes: [Shape; 2],
 }
 
 impl Backward<Flex, 2> for Binary {
@@ -212,34 +213,60 @@ impl Backward<Flex, 2> for Binary {
         let (lhs, rhs) = (s.lhs.as_ref(), s.rhs.as_ref());
         let kept = "operands kept for mul and div";
         let [dl, dr] = s.dtypes;
+        let [sl, sr] = &s.shapes;
         binary_grads::<Flex, _, _>(
             ops.parents,
             ops.node,
             grads,
-            |g| match s.op {
-                BinaryOp::Add | BinaryOp::Sub => g,
-                BinaryOp::Mul => flex_nn::binary(isa, BinaryOp::Mul, &g, rhs.expect(kept), dl),
-                BinaryOp::Div => flex_nn::binary(isa, BinaryOp::Div, &g, rhs.expect(kept), dl),
+            |g| {
+                // A broadcast operand's products stay in f32 until summed back.
+                let wide = wide(&g, sl, dl);
+                let g = match s.op {
+                    BinaryOp::Add | BinaryOp::Sub => g,
+                    BinaryOp::Mul => {
+                        flex_nn::binary(isa, BinaryOp::Mul, &g, rhs.expect(kept), wide)
+                    }
+                    BinaryOp::Div => {
+                        flex_nn::binary(isa, BinaryOp::Div, &g, rhs.expect(kept), wide)
+                    }
+                };
+                flex_nn::unbroadcast(isa, g, sl, dl)
             },
-            |g| match s.op {
-                BinaryOp::Add => g,
-                BinaryOp::Sub => flex_nn::scalar(isa, BinaryOp::Mul, &g, -1.0, dr),
-                BinaryOp::Mul => flex_nn::binary(isa, BinaryOp::Mul, &g, lhs.expect(kept), dr),
-                BinaryOp::Div => {
-                    // -g * lhs / rhs^2, as (-(g * lhs) / rhs) / rhs.
-                    let (lhs, rhs) = (lhs.expect(kept), rhs.expect(kept));
-                    let t = flex_nn::binary(isa, BinaryOp::Mul, &g, lhs, DType::F32);
-                    let t = flex_nn::binary(isa, BinaryOp::Div, &t, rhs, DType::F32);
-                    let t = flex_nn::binary(isa, BinaryOp::Div, &t, rhs, DType::F32);
-                    flex_nn::scalar(isa, BinaryOp::Mul, &t, -1.0, dr)
-                }
+            |g| {
+                let wide = wide(&g, sr, dr);
+                let g = match s.op {
+                    BinaryOp::Add => g,
+                    BinaryOp::Sub => flex_nn::scalar(isa, BinaryOp::Mul, &g, -1.0, wide),
+                    BinaryOp::Mul => {
+                        flex_nn::binary(isa, BinaryOp::Mul, &g, lhs.expect(kept), wide)
+                    }
+                    BinaryOp::Div => {
+                        // -g * lhs / rhs^2, as (-(g * lhs) / rhs) / rhs.
+                        let (lhs, rhs) = (lhs.expect(kept), rhs.expect(kept));
+                        let t = flex_nn::binary(isa, BinaryOp::Mul, &g, lhs, DType::F32);
+                        let t = flex_nn::binary(isa, BinaryOp::Div, &t, rhs, DType::F32);
+                        let t = flex_nn::binary(isa, BinaryOp::Div, &t, rhs, DType::F32);
+                        flex_nn::scalar(isa, BinaryOp::Mul, &t, -1.0, wide)
+                    }
+                };
+                flex_nn::unbroadcast(isa, g, sr, dr)
             },
         );
     }
 }
 
-/// `lhs op rhs` (one shape) in their dtype; the operands back when the kernels do not take
-/// them.
+/// The dtype an operand's gradient is computed in: its own, or f32 where it was broadcast
+/// (its gradient then sums several values).
+fn wide(g: &FlexTensor, shape: &Shape, dtype: DType) -> DType {
+    if g.layout().shape() == shape {
+        dtype
+    } else {
+        DType::F32
+    }
+}
+
+/// `lhs op rhs` (shapes that broadcast) in their dtype; the operands back when the kernels
+/// do not take them.
 pub(crate) fn binary<C: CheckpointStrategy>(
     isa: Isa,
     op: BinaryOp,
@@ -267,6 +294,10 @@ pub(crate) fn binary<C: CheckpointStrategy>(
                     lhs: (reads && rhs.is_tracked()).then(|| lhs.primitive.clone()),
                     rhs: reads.then(|| rhs.primitive.clone()),
                     dtypes: [dtype, dtype],
+                    shapes: [
+                        lhs.primitive.layout().shape().clone(),
+                        rhs.primitive.layout().shape().clone(),
+                    ],
                 };
                 prep.finish(state, forward())
             }
