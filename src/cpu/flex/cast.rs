@@ -3,7 +3,7 @@
 
 use burn::backend::Flex;
 use burn::backend::flex::{FlexTensor, Layout};
-use burn_amp_kernels::cpu::{Isa, cast};
+use burn_amp_kernels::cpu::Isa;
 use burn_tensor::ops::FloatTensorOps;
 use burn_tensor::{DType, FloatDType};
 
@@ -29,9 +29,7 @@ pub(crate) fn cast(isa: Isa, t: FlexTensor, dtype: FloatDType) -> FlexTensor {
     let bytes = with_float!(t.dtype(), S => {
         let src = &t.storage::<S>()[..layout.num_elements()];
         with_float!(target, D => {
-            let mut dst = super::pool::to_fill::<D>(src.len());
-            cast::convert(isa, src, &mut dst).expect("equal lengths");
-            super::pool::bytes(dst)
+            super::pool::bytes(super::tensor::converted::<S, D>(isa, src))
         }, _ => unreachable!("checked above"))
     }, _ => unreachable!("checked above"));
     FlexTensor::new(bytes, layout, target)
