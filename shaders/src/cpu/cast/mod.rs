@@ -4,9 +4,11 @@
 //!
 //! The portable path calls `half` element by element and is the reference; on x86 with
 //! AVX2 and F16C the conversions run 16 lanes a loop (bf16 by integer rounding, since
-//! `vcvtneps2bf16` flushes subnormals, f16 by F16C). Large slices are split over rayon's
-//! threads. The conversions are memory-bound: AVX2 already reaches a copy's bandwidth on
-//! the CPUs measured (BENCHMARKS.md), so there is no AVX-512 variant.
+//! `vcvtneps2bf16` flushes subnormals; f16 by F16C). Large slices are split over rayon's
+//! threads, and are memory-bound: AVX2 already reaches a copy's bandwidth on the CPUs
+//! measured (BENCHMARKS.md). Small ones are not: the GEMM rounds each 32 x 32 tile of a
+//! bf16 output from the cache, so with AVX-512 BF16 a vector of 32 values without a
+//! subnormal is rounded by `vcvtne2ps2bf16` (the same bits).
 //!
 //! ```
 //! use burn_amp_kernels::cpu::{Isa, cast};
@@ -246,7 +248,7 @@ fn convert_serial<S: CpuFloat, D: CpuFloat>(isa: Isa, src: &[S], dst: &mut [D], 
 fn f32_to_bf16(isa: Isa, src: &[u32], dst: &mut [u16]) {
     #[cfg(target_arch = "x86_64")]
     if isa.has_avx512_bf16() {
-        // SAFETY: the Isa value proves AVX-512F.
+        // SAFETY: the Isa value proves AVX-512F and AVX-512 BF16.
         return unsafe { x86::f32_to_bf16_avx512(src, dst) };
     }
     #[cfg(target_arch = "x86_64")]
