@@ -381,6 +381,74 @@ fn gradients_of_f32_variables_come_back_f32_under_float8_from_mixed_bfloat16() {
     assert!(values(g).iter().all(|v| v.is_finite()));
 }
 
+/// On Flex's kernels an FP8 site rounds f32 operands to FP8 through bf16 where they are
+/// (one pass, no cast op) and the product reads them in bf16. The forward values are
+/// exactly the product of the operands cast to bf16 and rounded by the standalone FP8 API,
+/// and the gradients, back in f32, agree with the backend's path (each operand a cast op,
+/// then the rounding, then the backend's product and its bf16 gradients) to the rounding
+/// of bf16 and E5M2; under per-tensor, blockwise and delayed scaling (the last rounds
+/// through a cast op of its own), a linear and a matmul.
+#[test]
+fn fp8_sites_on_flex_kernels_round_f32_operands_through_bf16() {
+    use burn_amp::policy::Kernels;
+    let device = Default::default();
+    let layer = det_linear::<Fx>(48, 24, 41, &device);
+    let other = det::<Fx, 2>([24, 16], 42, 1.0, &device).require_grad();
+    let x = det::<Fx, 2>([20, 48], 43, 2.0, &device).require_grad();
+    let c = det::<Fx, 2>([20, 16], 44, 1.0, &device);
+
+    let policy = Policy::float8_from_mixed_bfloat16();
+    let y = with_policy(policy, || layer.forward(x.clone()).matmul(other.clone()));
+    let expected = with_policy(Policy::mixed_bfloat16(), || {
+        let bf16 = |t: Tensor<Fx, 2>| round_trip(t.cast(FloatDType::BF16), e4m3());
+        let bias = layer.bias.as_ref().unwrap().val();
+        let h = burn::tensor::module::linear(bf16(x.clone()), bf16(layer.weight.val()), Some(bias));
+        bf16(h).matmul(bf16(other.clone()))
+    });
+    assert_eq!(
+        y.into_data().as_bytes(),
+        expected.into_data().as_bytes(),
+        "forward values"
+    );
+
+    for spec in [
+        "float8_from_mixed_bfloat16",
+        "c=bf16,fp8=blockwise",
+        "c=bf16,fp8=delayed,history=4",
+    ] {
+        let policy: Policy = spec.parse().unwrap();
+        let run = |kernels| {
+            with_policy(policy.with_kernels(kernels), || {
+                let y = layer.forward(x.clone()).matmul(other.clone());
+                let grads = (y * c.clone()).sum().backward();
+                let grad = |t: Option<Tensor<_, 2>>| {
+                    let t = t.unwrap();
+                    assert_eq!(t.dtype(), FloatDType::F32.into(), "{spec}");
+                    values(t)
+                };
+                [
+                    grad(layer.weight.grad(&grads)),
+                    grad(other.grad(&grads)),
+                    grad(x.grad(&grads)),
+                ]
+            })
+        };
+        let got = run(Kernels::Auto);
+        let want = run(Kernels::Backend);
+        for ((name, got), want) in ["weight", "rhs", "x"].iter().zip(got).zip(want) {
+            let norm = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>().sqrt();
+            let diff: Vec<f32> = got.iter().zip(&want).map(|(a, b)| a - b).collect();
+            let error = norm(&diff) / norm(&want);
+            // bf16 keeps 8 bits; an E5M2 gradient value on the other side of a rounding
+            // boundary (its input rounded to bf16 in another order) moves by a quarter.
+            assert!(
+                error < 2e-2,
+                "{spec}: {name} gradient, relative error {error}"
+            );
+        }
+    }
+}
+
 // ---- Numerics report ------------------------------------------------------------------
 
 #[test]

@@ -263,6 +263,21 @@ pub(crate) fn to_target<B: Backend>(
     }
 }
 
+/// An operand of an FP8 site whose product runs on burn-amp's kernels: f32 stays f32 (the
+/// site rounds it to FP8 through the compute dtype, and the product reads it in that dtype,
+/// so its gradient comes back in f32 without a cast); any other dtype goes to the compute
+/// dtype, as for any compute-class op.
+pub(crate) fn to_fp8_operand<B: Backend>(
+    tensor: FloatTensor<B>,
+    op: &OpContext<B>,
+) -> FloatTensor<B> {
+    if dtype::<B>(&tensor) == FloatDType::F32 {
+        tensor
+    } else {
+        to_target::<B>(tensor, op.policy.compute_dtype(), op)
+    }
+}
+
 /// Compute class: all inputs to the policy's compute dtype.
 pub(crate) fn to_compute<B: Backend, const N: usize>(
     tensors: [FloatTensor<B>; N],

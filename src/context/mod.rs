@@ -72,6 +72,7 @@ pub(crate) fn resolve<B: Backend>(device: &B::Device, fp8: Fp8Use) -> OpContext<
                 ops,
                 scaling,
                 formats: policy.fp8_formats(),
+                compute: policy.compute_dtype(),
                 history,
                 observer: Observer::current(),
             }

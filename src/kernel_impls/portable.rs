@@ -23,6 +23,7 @@ mod flex {
 
     use crate::fp8::backend::{
         portable_amax, portable_dequantize, portable_fake_quantize, portable_quantize,
+        portable_through,
     };
     use crate::registry;
 
@@ -44,6 +45,26 @@ mod flex {
         ) -> FloatTensor<Self> {
             flex::fp8::fake_quantize(registry::isa(), &tensor, layout, cast, rule)
                 .unwrap_or_else(|| portable_fake_quantize::<Self>(tensor, layout, cast, rule))
+        }
+
+        fn fp8_fake_quantize_through(
+            tensor: FloatTensor<Self>,
+            through: FloatDType,
+            layout: BlockLayout,
+            cast: Fp8Cast,
+            rule: ScaleRule,
+        ) -> FloatTensor<Self> {
+            match flex::fp8::fake_quantize_through(
+                registry::isa(),
+                &tensor,
+                through,
+                layout,
+                cast,
+                rule,
+            ) {
+                Some(values) => values,
+                None => portable_through::<Self>(tensor, through, layout, cast, rule),
+            }
         }
 
         fn fp8_quantize(

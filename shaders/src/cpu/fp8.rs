@@ -29,10 +29,11 @@
 //! # Ok::<(), burn_amp_kernels::LaunchError>(())
 //! ```
 
+use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::Isa;
-use super::cast::{self, CpuFloat};
+use super::cast::{self, CpuFloat, Format};
 use super::erased::{Floats, FloatsMut, typed, typed_mut, typed_same};
 use super::multiversion::multiversion;
 use super::nn::math::small_int;
@@ -74,12 +75,14 @@ fn block_amax_erased(
     values: Floats<'_>,
     layout: BlockLayout,
 ) -> Result<Vec<u32>, LaunchError> {
-    typed!(values, |values| block_amax_typed(isa, values, layout))
+    typed!(values, |values| block_amax_typed(isa, values, None, layout))
 }
 
+/// The amaxes of `values` read [`through`](widen) a narrower format, if any.
 fn block_amax_typed<T: CpuFloat>(
     isa: Isa,
     values: &[T],
+    through: Option<Format>,
     layout: BlockLayout,
 ) -> Result<Vec<u32>, LaunchError> {
     check_layout(values.len(), layout)?;
@@ -96,7 +99,7 @@ fn block_amax_typed<T: CpuFloat>(
                 let mut best = 0;
                 for piece in chunk[run.start - start..run.end - start].chunks(BLOCK) {
                     let buf = &mut buf[..piece.len()];
-                    cast::convert_block(isa, piece, buf);
+                    widen(isa, piece, buf, through);
                     best = best.max(abs_max(isa, buf));
                 }
                 let slot = &mut amax[block - first];
@@ -129,21 +132,64 @@ pub fn fake_quantize<T: CpuFloat>(
     cast: Fp8Cast,
     rule: ScaleRule,
 ) -> Result<Vec<BlockScale>, LaunchError> {
-    let (values, out) = (T::floats(values), T::floats_mut(out));
-    fake_quantize_erased(isa, values, out, layout, cast, rule)
+    fake_quantize_through(isa, values, out, T::FORMAT, layout, cast, rule)
 }
 
-/// [`fake_quantize`] for any type: not generic, so compiled here (`erased`).
+/// [`fake_quantize`] of `values` converted to `through` first (to nearest even), the result
+/// rounded to `through` too and handed back in `values`' own type: the same bytes as
+/// `fake_quantize` of the converted values, converted back, without the two conversions'
+/// passes. What a product that reads its operands in a 16-bit format is fed when its f32
+/// operands are rounded to FP8 where they are. The amaxes, and so the scales, are those of
+/// the converted values.
+///
+/// ```
+/// use burn_amp_kernels::cpu::cast::Format;
+/// use burn_amp_kernels::cpu::{Isa, fp8};
+/// use burn_amp_kernels::fp8::launch::BlockLayout;
+/// use burn_amp_kernels::fp8::{Fp8Cast, Fp8Format, ScaleRule};
+/// use half::bf16;
+///
+/// let (isa, layout) = (Isa::detect(), BlockLayout::per_tensor(2));
+/// let (cast, rule) = (Fp8Cast::new(Fp8Format::E4M3), ScaleRule::Float { margin: 0 });
+/// let x = [1.0f32 + 1.0 / 512.0, 3.0];
+/// let mut through = [0f32; 2];
+/// fp8::fake_quantize_through(isa, &x, &mut through, Format::Bf16, layout, cast, rule)?;
+/// // The same as casting to bf16, rounding to FP8 there, and widening.
+/// let narrow = x.map(bf16::from_f32);
+/// let mut rounded = [bf16::ZERO; 2];
+/// fp8::fake_quantize(isa, &narrow, &mut rounded, layout, cast, rule)?;
+/// assert_eq!(through, rounded.map(bf16::to_f32));
+/// # Ok::<(), burn_amp_kernels::LaunchError>(())
+/// ```
+///
+/// # Errors
+/// As [`fake_quantize`].
+pub fn fake_quantize_through<T: CpuFloat>(
+    isa: Isa,
+    values: &[T],
+    out: &mut [T],
+    through: Format,
+    layout: BlockLayout,
+    cast: Fp8Cast,
+    rule: ScaleRule,
+) -> Result<Vec<BlockScale>, LaunchError> {
+    let through = (through != T::FORMAT).then_some(through);
+    let (values, out) = (T::floats(values), T::floats_mut(out));
+    fake_quantize_erased(isa, values, out, through, layout, cast, rule)
+}
+
+/// [`fake_quantize_through`] for any type: not generic, so compiled here (`erased`).
 fn fake_quantize_erased(
     isa: Isa,
     values: Floats<'_>,
     out: FloatsMut<'_>,
+    through: Option<Format>,
     layout: BlockLayout,
     cast: Fp8Cast,
     rule: ScaleRule,
 ) -> Result<Vec<BlockScale>, LaunchError> {
     typed_same!(values, out, |values, out| {
-        fake_quantize_typed(isa, values, out, layout, cast, rule)
+        fake_quantize_typed(isa, values, out, through, layout, cast, rule)
     })
 }
 
@@ -151,16 +197,17 @@ fn fake_quantize_typed<T: CpuFloat>(
     isa: Isa,
     values: &[T],
     out: &mut [T],
+    through: Option<Format>,
     layout: BlockLayout,
     cast: Fp8Cast,
     rule: ScaleRule,
 ) -> Result<Vec<BlockScale>, LaunchError> {
     check_out::<T>(values.len(), out.len())?;
-    let scales: Vec<BlockScale> = block_amax(isa, values, layout)?
+    let scales: Vec<BlockScale> = block_amax_typed(isa, values, through, layout)?
         .into_iter()
         .map(|a| block_scale(a, cast.format, rule))
         .collect();
-    fake_quantize_scaled(isa, values, out, layout, cast, &scales)?;
+    fake_quantize_scaled_typed(isa, values, out, through, layout, cast, &scales)?;
     Ok(scales)
 }
 
@@ -192,7 +239,7 @@ fn fake_quantize_scaled_erased(
     scales: &[BlockScale],
 ) -> Result<(), LaunchError> {
     typed_same!(values, out, |values, out| {
-        fake_quantize_scaled_typed(isa, values, out, layout, cast, scales)
+        fake_quantize_scaled_typed(isa, values, out, None, layout, cast, scales)
     })
 }
 
@@ -200,6 +247,7 @@ fn fake_quantize_scaled_typed<T: CpuFloat>(
     isa: Isa,
     values: &[T],
     out: &mut [T],
+    through: Option<Format>,
     layout: BlockLayout,
     cast: Fp8Cast,
     scales: &[BlockScale],
@@ -215,16 +263,18 @@ fn fake_quantize_scaled_typed<T: CpuFloat>(
         if !exact {
             for (i, (x, o)) in x.iter().zip(o).enumerate() {
                 let index = (first + i) as u32;
-                let code = reference::encode_scaled(x.to_f32(), s.scale, cast, index);
-                *o = T::from_f32(reference::decode_scaled(code, cast.format, s.scale_inv));
+                let x = narrow(x.to_f32(), through);
+                let code = reference::encode_scaled(x, s.scale, cast, index);
+                let value = reference::decode_scaled(code, cast.format, s.scale_inv);
+                *o = T::from_f32(narrow(value, through));
             }
             return;
         }
         for (x, o) in x.chunks(BLOCK).zip(o.chunks_mut(BLOCK)) {
             let buf = &mut buf[..x.len()];
-            cast::convert_block(isa, x, buf);
+            widen(isa, x, buf, through);
             round_trip(isa, buf, &grid, s.scale, s.scale_inv);
-            cast::convert_block(isa, &*buf, o);
+            narrow_into(isa, buf, o, through);
         }
     });
     Ok(())
@@ -463,6 +513,44 @@ multiversion! {
     /// The largest `|x|` bits of `x`.
     fn abs_max(x: &[f32]) -> u32 {
         x.iter().fold(0u32, |m, v| m.max(v.to_bits() & !SIGN))
+    }
+}
+
+/// `x` converted to f32 into `buf`, each value rounded to `through` on the way (to nearest
+/// even, as a cast to it would): `None` reads the values as they are.
+fn widen<T: CpuFloat>(isa: Isa, x: &[T], buf: &mut [f32], through: Option<Format>) {
+    match through {
+        Some(Format::Bf16) if T::FORMAT != Format::Bf16 => via::<T, bf16, f32>(isa, x, buf),
+        Some(Format::F16) if T::FORMAT != Format::F16 => via::<T, f16, f32>(isa, x, buf),
+        _ => cast::convert_block(isa, x, buf),
+    }
+}
+
+/// `buf` converted into `out`, each value rounded to `through` on the way, if any.
+fn narrow_into<T: CpuFloat>(isa: Isa, buf: &[f32], out: &mut [T], through: Option<Format>) {
+    match through {
+        Some(Format::Bf16) if T::FORMAT != Format::Bf16 => via::<f32, bf16, T>(isa, buf, out),
+        Some(Format::F16) if T::FORMAT != Format::F16 => via::<f32, f16, T>(isa, buf, out),
+        _ => cast::convert_block(isa, buf, out),
+    }
+}
+
+/// `src` converted into `dst` through `N`, [`BLOCK`] values at a time on the stack.
+fn via<S: CpuFloat, N: CpuFloat, D: CpuFloat>(isa: Isa, src: &[S], dst: &mut [D]) {
+    let mut narrow = [N::default(); BLOCK];
+    for (s, d) in src.chunks(BLOCK).zip(dst.chunks_mut(BLOCK)) {
+        let narrow = &mut narrow[..s.len()];
+        cast::convert_block(isa, s, narrow);
+        cast::convert_block(isa, &*narrow, d);
+    }
+}
+
+/// One value as [`widen`] and [`narrow_into`] round it.
+fn narrow(x: f32, through: Option<Format>) -> f32 {
+    match through {
+        Some(Format::Bf16) => bf16::from_f32(x).to_f32(),
+        Some(Format::F16) => f16::from_f32(x).to_f32(),
+        Some(Format::F32) | None => x,
     }
 }
 

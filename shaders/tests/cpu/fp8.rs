@@ -6,7 +6,7 @@
 
 use burn_amp_kernels::LaunchError;
 use burn_amp_kernels::cpu::Isa;
-use burn_amp_kernels::cpu::cast::CpuFloat;
+use burn_amp_kernels::cpu::cast::{CpuFloat, Format};
 use burn_amp_kernels::cpu::fp8;
 use burn_amp_kernels::fp8::launch::BlockLayout;
 use burn_amp_kernels::fp8::reference::{decode_scaled, encode_scaled, quantize_blocks};
@@ -266,6 +266,72 @@ fn non_finite_blocks_and_stochastic_rounding_follow_the_reference() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// `fake_quantize_through(x, format)` against `fake_quantize` of `x` cast to `format`, widened.
+fn check_through<N: CpuFloat>(values: &[f32], format: Format, layout: BlockLayout, cast: Fp8Cast) {
+    let narrow: Vec<N> = values.iter().map(|v| N::from_f32(*v)).collect();
+    let mut want = vec![N::default(); values.len()];
+    let mut got = vec![0f32; values.len()];
+    for isa in Isa::available() {
+        for rule in [ScaleRule::Float { margin: 0 }, ScaleRule::E8M0] {
+            let want_scales =
+                fp8::fake_quantize(isa, &narrow, &mut want, layout, cast, rule).unwrap();
+            let scales =
+                fp8::fake_quantize_through(isa, values, &mut got, format, layout, cast, rule)
+                    .unwrap();
+            let key = |s: &[BlockScale]| {
+                s.iter()
+                    .map(|s| (s.scale.to_bits(), s.scale_inv.to_bits(), s.e8m0))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(
+                key(&scales),
+                key(&want_scales),
+                "{isa}: {format:?} {layout:?} {rule:?} {cast:?}"
+            );
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    bits(*b),
+                    "{isa}: {format:?} {layout:?} {rule:?} {cast:?}, element {i}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn f32_values_quantized_through_a_16_bit_format_are_the_cast_values_quantized() {
+    let mut rng = Rng(11);
+    // Values whose rounding to 16 bits changes them (and so the amax, and the FP8 code
+    // at a tie), across magnitudes; then the edges: a value past f16's range (an infinity
+    // through f16), one that rounds up to the block's amax, subnormals of each format, NaN.
+    let mut values: Vec<f32> = (0..6_000)
+        .map(|i| rng.uniform() * 2f32.powi(i % 24 - 12))
+        .collect();
+    values[5] = 70_000.0;
+    values[9] = f32::from_bits(1f32.to_bits() | 0x7fff); // rounds up in bf16 and f16
+    values[13] = 1.0e-6;
+    values[21] = 1.0e-39;
+    values[4_000] = f32::NAN;
+    let len = values.len() as u32;
+    let layouts = [
+        BlockLayout::per_tensor(len),
+        BlockLayout::blocks(len, 100, 1, 32),
+        BlockLayout::blocks(len, 100, 7, 13),
+    ];
+    for layout in layouts {
+        for cast in [
+            Fp8Cast::new(Fp8Format::E4M3),
+            Fp8Cast::new(Fp8Format::E5M2).with_overflow(Overflow::SaturateFinite),
+            Fp8Cast::new(Fp8Format::E4M3).with_rounding(Rounding::Stochastic { seed: 7 }),
+        ] {
+            check_through::<bf16>(&values, Format::Bf16, layout, cast);
+            check_through::<f16>(&values, Format::F16, layout, cast);
+            check_through::<f32>(&values, Format::F32, layout, cast);
         }
     }
 }

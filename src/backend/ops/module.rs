@@ -203,7 +203,9 @@ macro_rules! module_forwarded {
 
 impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
     /// Compute class. On burn-amp's kernels (Flex) the operands are not cast: they are
-    /// rounded while packed, and the bias is added before the output is rounded.
+    /// rounded while packed, and the bias is added before the output is rounded. Under an
+    /// FP8 policy there, f32 operands are rounded to FP8 (through the compute dtype) in
+    /// their own dtype, and the weight's gradient stays f32.
     fn linear(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
@@ -215,8 +217,14 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         let routed = op
             .routed()
             .filter(|_| !autocast::any_f64::<B>(&[Some(&x), Some(&weight), bias.as_ref()]));
-        if routed.is_some() && op.fp8.is_none() {
-            return autocast::linear::<B>(routed, x, weight, bias, &op);
+        if routed.is_some() {
+            if op.fp8.is_none() {
+                return autocast::linear::<B>(routed, x, weight, bias, &op);
+            }
+            let [x, weight] = [x, weight].map(|t| autocast::to_fp8_operand::<B>(t, &op));
+            return op.compute(LINEAR.name(), x, weight, |x, weight| {
+                autocast::linear::<B>(routed, x, weight, bias, &op)
+            });
         }
         compute_inputs!(op; x, weight; bias);
         op.compute(LINEAR.name(), x, weight, |x, weight| {

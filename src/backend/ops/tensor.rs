@@ -209,7 +209,8 @@ macro_rules! float_forwarded {
 
 impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     /// Compute class; under an FP8 policy both operands are rounded to E4M3 first. On
-    /// burn-amp's kernels (Flex) the operands are not cast: they are rounded while packed.
+    /// burn-amp's kernels (Flex) the operands are not cast: they are rounded while packed
+    /// (under FP8, f32 operands rounded to E4M3 through the compute dtype, in f32).
     fn float_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         let op = MATMUL.resolve::<B>(&B::float_device(&lhs));
         let target = op.policy.compute_dtype();
@@ -220,7 +221,10 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         if routed.is_some() && op.fp8.is_none() {
             return autocast::matmul::<B>(routed, lhs, rhs, &op);
         }
-        let [lhs, rhs] = [lhs, rhs].map(|t| autocast::to_target::<B>(t, target, &op));
+        let [lhs, rhs] = [lhs, rhs].map(|t| match routed {
+            Some(_) => autocast::to_fp8_operand::<B>(t, &op),
+            None => autocast::to_target::<B>(t, target, &op),
+        });
         op.compute("matmul", lhs, rhs, |lhs, rhs| {
             autocast::matmul::<B>(routed, lhs, rhs, &op)
         })

@@ -40,6 +40,32 @@ pub(crate) fn fake_quantize(
     }, _ => unreachable!("checked above")))
 }
 
+/// [`fake_quantize`] of `t`'s values cast to `through` (and the results rounded to it), in
+/// `t`'s dtype, in one pass of the kernels; `None` for a dtype the kernels do not take.
+///
+/// # Panics
+/// As [`fake_quantize`].
+pub(crate) fn fake_quantize_through(
+    isa: Isa,
+    t: &FlexTensor,
+    through: FloatDType,
+    layout: BlockLayout,
+    cast: Fp8Cast,
+    rule: ScaleRule,
+) -> Option<FlexTensor> {
+    format(t.dtype())?;
+    let through = format(DType::from(through))?;
+    let t = contiguous(t);
+    let shape = t.layout().shape().clone();
+    Some(with_float!(t.dtype(), T => {
+        let x = values::<T>(&t);
+        let mut out = super::tensor::to_fill::<T>(x.len());
+        fp8::fake_quantize_through(isa, x, &mut out, through, layout, cast, rule)
+            .unwrap_or_else(|e| panic!("FP8 fake quantization of a tensor of shape {shape:?}: {e}"));
+        from_vec(out, shape)
+    }, _ => unreachable!("checked above")))
+}
+
 /// The amax of each block of `t` (f32, `[layout.num_blocks()]`); `None` for a dtype the
 /// kernels do not take.
 ///

@@ -27,7 +27,7 @@ use super::numerics::{self, Candidates, FORMATS, SiteTag};
 use super::scaling::{Fp8Formats, Fp8Role, Fp8Scaling};
 use crate::cost;
 use crate::fp8::backend::host_f32;
-use crate::fp8::{Fp8Backend, Overflow};
+use crate::fp8::{Fp8Backend, Fp8Recipe, Overflow};
 
 /// How one tensor of one site is quantized: its role, the policy's scaling and format
 /// choice, where its state lives (stateful scalings under autodiff) and where the numerics
@@ -37,6 +37,9 @@ pub(crate) struct Plan {
     pub role: Fp8Role,
     pub scaling: Fp8Scaling,
     pub formats: Fp8Formats,
+    /// The 16-bit dtype an f32 tensor is rounded through first (as if cast to it), the
+    /// result staying f32; `None`, or any other tensor dtype: the tensor as it is.
+    pub through: Option<FloatDType>,
     pub slot: Option<Slot>,
     pub site: Option<SiteTag>,
 }
@@ -50,8 +53,10 @@ impl Plan {
 }
 
 /// `tensor` rounded to FP8 as `plan` says, back in its own dtype and shape. f64 and empty
-/// tensors are handed back untouched (burn-amp never narrows f64). Records the tensor in
-/// the numerics report its site belongs to, if any.
+/// tensors are handed back untouched (burn-amp never narrows f64). An f32 tensor with a
+/// 16-bit `plan.through` is rounded as its cast to that dtype would be (in one pass on
+/// kernels that read through it), its values those of the cast. Records the tensor in the
+/// numerics report its site belongs to, if any (the cast values).
 ///
 /// # Panics
 /// When the tensor has more than 2^32 - 1 elements (the FP8 kernels index with 32 bits).
@@ -71,24 +76,50 @@ pub(crate) fn fake_quantize<I: Fp8Backend>(tensor: FloatTensor<I>, plan: Plan) -
         .unwrap_or_else(|e| panic!("FP8 training of a tensor of shape {shape:?}: {e}"));
     let flat = I::float_reshape(tensor, Shape::new([len]));
     let rule = recipe.rule().unwrap_or(ScaleRule::Float { margin: 0 });
-    let values = if plan.is_plain() {
+    let through = plan
+        .through
+        .filter(|t| dtype == FloatDType::F32 && matches!(t, FloatDType::BF16 | FloatDType::F16));
+    let values = match through {
+        Some(through) if plan.is_plain() && plan.site.is_none() => {
+            cost::fp8("fake_quantize");
+            I::fp8_fake_quantize_through(flat, through, layout, plan.role.cast(), rule)
+        }
+        Some(through) => {
+            let narrow = I::float_cast(flat, through);
+            let values = round::<I>(narrow, &plan, recipe, layout, rule, &shape);
+            I::float_cast(values, dtype)
+        }
+        None => round::<I>(flat, &plan, recipe, layout, rule, &shape),
+    };
+    debug_assert_eq!(FloatDType::from(values.dtype()), dtype);
+    I::float_reshape(values, shape)
+}
+
+/// A flat tensor of `shape`'s values rounded as `plan` says (see [`fake_quantize`]).
+fn round<I: Fp8Backend>(
+    flat: FloatTensor<I>,
+    plan: &Plan,
+    recipe: Fp8Recipe,
+    layout: BlockLayout,
+    rule: ScaleRule,
+    shape: &Shape,
+) -> FloatTensor<I> {
+    if plan.is_plain() {
         let cast = plan.role.cast();
         if let Some(tag) = &plan.site {
             let candidates = Candidates::current(cast.format.layout());
-            numerics::record::<I>(tag, plan.role, recipe, flat.clone(), &shape, &candidates);
+            numerics::record::<I>(tag, plan.role, recipe, flat.clone(), shape, &candidates);
         }
         cost::fp8("fake_quantize");
         I::fp8_fake_quantize(flat, layout, cast, rule)
     } else {
-        let decided = decide::<I>(&flat, &plan);
+        let decided = decide::<I>(&flat, plan);
         if let Some(tag) = &plan.site {
             let candidates = decided.candidates();
-            numerics::record::<I>(tag, plan.role, recipe, flat.clone(), &shape, &candidates);
+            numerics::record::<I>(tag, plan.role, recipe, flat.clone(), shape, &candidates);
         }
         decided.round(flat, layout, rule)
-    };
-    debug_assert_eq!(FloatDType::from(values.dtype()), dtype);
-    I::float_reshape(values, shape)
+    }
 }
 
 /// The history length exponent-bias scaling keeps (for the report only).

@@ -6,9 +6,9 @@
 //! [`Fp8History`] bound to the device (stateful scalings) and the numerics report being
 //! recorded, if any.
 
-use burn_tensor::TensorMetadata;
 use burn_tensor::backend::Backend;
 use burn_tensor::ops::FloatTensor;
+use burn_tensor::{FloatDType, TensorMetadata};
 
 use super::history::{Fp8History, Lane, Slot};
 use super::numerics::{Observer, SiteTag};
@@ -21,14 +21,21 @@ pub(crate) struct Fp8Site<B: Backend> {
     pub ops: Fp8Ops<B>,
     pub scaling: Fp8Scaling,
     pub formats: Fp8Formats,
+    /// The policy's compute dtype: an f32 operand is rounded to FP8 through it (the site's
+    /// operands arrive in it, or in f32 where the product's kernels read f32 operands in
+    /// it).
+    pub compute: FloatDType,
     /// Where a stateful scaling keeps its state, and the device's lane in it.
     pub history: Option<(Fp8History, Lane)>,
     pub observer: Option<Observer>,
 }
 
 impl<B: Backend> Fp8Site<B> {
-    /// Runs `op(lhs, rhs)` (a matmul, linear or convolution whose inputs are already in the
-    /// compute dtype) on FP8-rounded operands, with its output gradient rounded to FP8.
+    /// Runs `op(lhs, rhs)` (a matmul, linear or convolution whose inputs are in the compute
+    /// dtype, or in f32 for a product that reads them in it) on FP8-rounded operands, with
+    /// its output gradient rounded to FP8. An f32 operand is rounded as its cast to the
+    /// compute dtype would be, and stays f32: the same values, and its gradient comes back
+    /// in f32 from the product itself.
     /// `kind` labels the site in the numerics report and the history.
     pub(crate) fn run(
         &self,
@@ -70,6 +77,8 @@ impl<B: Backend> Fp8Site<B> {
             role,
             scaling: self.scaling,
             formats: self.formats,
+            // A gradient is the product's output's, in the compute dtype already.
+            through: (role != Fp8Role::Gradient).then_some(self.compute),
             slot: slot.clone(),
             site: tag.clone(),
         }
