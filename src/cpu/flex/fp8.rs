@@ -28,16 +28,8 @@ pub(crate) fn fake_quantize(
     cast: Fp8Cast,
     rule: ScaleRule,
 ) -> Option<FlexTensor> {
-    format(t.dtype())?;
-    let t = contiguous(t);
-    let shape = t.layout().shape().clone();
-    Some(with_float!(t.dtype(), T => {
-        let x = values::<T>(&t);
-        let mut out = super::tensor::to_fill::<T>(x.len());
-        fp8::fake_quantize(isa, x, &mut out, layout, cast, rule)
-            .unwrap_or_else(|e| panic!("FP8 fake quantization of a tensor of shape {shape:?}: {e}"));
-        from_vec(out, shape)
-    }, _ => unreachable!("checked above")))
+    let own = FloatDType::from(t.dtype());
+    fake_quantize_through(isa, t, own, layout, cast, rule)
 }
 
 /// [`fake_quantize`] of `t`'s values cast to `through` (and the results rounded to it), in
