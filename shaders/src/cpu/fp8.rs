@@ -10,6 +10,8 @@
 //! `2^(emin - m + 23)` (one f32 rounding, which is to nearest even), overflows, infinities and
 //! NaN are selected afterwards as the cast's overflow rule says. Stochastic rounding, and a
 //! block whose scale is NaN, take the reference one value at a time.
+//! f32 and bf16 values (and f32 values read through bf16) are read and written where they
+//! lie, the conversions in the registers too; f16 is converted through f32 on the stack.
 //!
 //! ```
 //! use burn_amp_kernels::cpu::{Isa, fp8};
@@ -96,12 +98,20 @@ fn block_amax_typed<T: CpuFloat>(
             let mut amax = vec![0u32; last - first];
             let mut buf = [0f32; BLOCK];
             for_each_run(layout, start, start + chunk.len(), |run, block| {
-                let mut best = 0;
-                for piece in chunk[run.start - start..run.end - start].chunks(BLOCK) {
-                    let buf = &mut buf[..piece.len()];
-                    widen(isa, piece, buf, through);
-                    best = best.max(abs_max(isa, buf));
-                }
+                let run = &chunk[run.start - start..run.end - start];
+                let best = match T::FORMAT {
+                    Format::F32 => abs_max(isa, cast::bits::<T, f32>(run)),
+                    Format::Bf16 => abs_max_bf16(isa, cast::bits::<T, u16>(run)),
+                    Format::F16 => run.chunks(BLOCK).fold(0, |best, piece| {
+                        let buf = &mut buf[..piece.len()];
+                        cast::convert_block(isa, piece, buf);
+                        best.max(abs_max(isa, buf))
+                    }),
+                };
+                // Rounding to nearest even is monotone and odd: the amax of the rounded
+                // values is the rounded amax (a NaN stays a NaN, which is all a scale
+                // reads of it).
+                let best = narrow(f32::from_bits(best), through).to_bits();
                 let slot = &mut amax[block - first];
                 *slot = (*slot).max(best);
             });
@@ -270,11 +280,31 @@ fn fake_quantize_scaled_typed<T: CpuFloat>(
             }
             return;
         }
-        for (x, o) in x.chunks(BLOCK).zip(o.chunks_mut(BLOCK)) {
-            let buf = &mut buf[..x.len()];
-            widen(isa, x, buf, through);
-            round_trip(isa, buf, &grid, s.scale, s.scale_inv);
-            narrow_into(isa, buf, o, through);
+        let (scale, inv) = (s.scale, s.scale_inv);
+        // f32, f32 through bf16 and bf16 are read and written where they are, every
+        // conversion in the registers; f16 and the other pairs go through f32 on the stack.
+        match (T::FORMAT, through) {
+            (Format::F32, None) => {
+                let (x, o) = (cast::bits::<T, f32>(x), cast::bits_mut::<T, f32>(o));
+                round_trip(isa, x, o, &grid, scale, inv);
+            }
+            (Format::F32, Some(Format::Bf16)) => {
+                let (x, o) = (cast::bits::<T, f32>(x), cast::bits_mut::<T, f32>(o));
+                round_trip_through_bf16(isa, x, o, &grid, scale, inv);
+            }
+            (Format::Bf16, None) => {
+                let (x, o) = (cast::bits::<T, u16>(x), cast::bits_mut::<T, u16>(o));
+                round_trip_bf16(isa, x, o, &grid, scale, inv);
+            }
+            _ => {
+                let mut wide = [0f32; BLOCK];
+                for (x, o) in x.chunks(BLOCK).zip(o.chunks_mut(BLOCK)) {
+                    let (buf, wide) = (&mut buf[..x.len()], &mut wide[..x.len()]);
+                    widen(isa, x, buf, through);
+                    round_trip(isa, buf, wide, &grid, scale, inv);
+                    narrow_into(isa, wide, o, through);
+                }
+            }
         }
     });
     Ok(())
@@ -455,27 +485,130 @@ impl Grid {
 }
 
 multiversion! {
-    /// Each `x` scaled by `scale`, rounded to the grid and decoded times `scale_inv`, as
-    /// `reference::decode_scaled(reference::encode_scaled(x, scale), scale_inv)` (neither
-    /// scale NaN; round to nearest even).
-    fn round_trip(x: &mut [f32], grid: &Grid, scale: f32, scale_inv: f32) {
-        let g = *grid;
-        let (one_in, one_out) = (scale.to_bits() == 1f32.to_bits(), scale_inv.to_bits() == 1f32.to_bits());
-        let half = 1u32 << (g.shift - 1);
-        let low = (1u32 << g.shift) - 1;
-        for v in x.iter_mut() {
-            let y = if one_in { *v } else { flush(flush(*v) * scale) };
-            let bits = y.to_bits();
-            let (sign, a) = (bits & SIGN, bits & !SIGN);
-            let normal = (a + (half - 1) + ((a >> g.shift) & 1)) & !low;
-            let subnormal = ((f32::from_bits(a) + g.magic) - g.magic).to_bits();
-            let mut d = if a < g.normal { subnormal } else { normal };
-            d = if d > g.max { g.overflow } else { d };
-            d = if a == INF { g.infinity } else { d };
-            d = if a > INF { NAN } else { d };
-            let d = f32::from_bits(sign | d);
-            *v = if one_out { d } else { flush(flush(d) * scale_inv) };
-        }
+    /// Each `x` scaled by `scale`, rounded to the grid and decoded times `scale_inv` into
+    /// `out`, as `reference::decode_scaled(reference::encode_scaled(x, scale), scale_inv)`
+    /// (neither scale NaN; round to nearest even).
+    fn round_trip(x: &[f32], out: &mut [f32], grid: &Grid, scale: f32, scale_inv: f32) {
+        round_trip_body::<F32>(x, out, grid, scale, scale_inv)
+    }
+}
+
+multiversion! {
+    /// [`round_trip`] of each `x` rounded to bf16 first, the result rounded to bf16 too, as
+    /// [`narrow`] rounds them.
+    fn round_trip_through_bf16(x: &[f32], out: &mut [f32], grid: &Grid, scale: f32, scale_inv: f32) {
+        round_trip_body::<F32ThroughBf16>(x, out, grid, scale, scale_inv)
+    }
+}
+
+multiversion! {
+    /// [`round_trip`] of bf16 values (their bits), the results rounded to bf16.
+    fn round_trip_bf16(x: &[u16], out: &mut [u16], grid: &Grid, scale: f32, scale_inv: f32) {
+        round_trip_body::<Bf16>(x, out, grid, scale, scale_inv)
+    }
+}
+
+/// How a [`round_trip_body`] reads its values as f32 and writes f32 results back, in the
+/// registers.
+trait Lanes {
+    type Raw: Copy;
+    fn load(raw: Self::Raw) -> f32;
+    fn store(x: f32) -> Self::Raw;
+}
+
+/// f32 as it is.
+enum F32 {}
+/// f32 rounded to bf16 on the way in and on the way out.
+enum F32ThroughBf16 {}
+/// bf16 bits.
+enum Bf16 {}
+
+impl Lanes for F32 {
+    type Raw = f32;
+    #[inline(always)]
+    fn load(raw: f32) -> f32 {
+        raw
+    }
+    #[inline(always)]
+    fn store(x: f32) -> f32 {
+        x
+    }
+}
+
+impl Lanes for F32ThroughBf16 {
+    type Raw = f32;
+    #[inline(always)]
+    fn load(raw: f32) -> f32 {
+        f32::from_bits(bf16_rounded(raw) << 16)
+    }
+    #[inline(always)]
+    fn store(x: f32) -> f32 {
+        f32::from_bits(bf16_rounded(x) << 16)
+    }
+}
+
+impl Lanes for Bf16 {
+    type Raw = u16;
+    #[inline(always)]
+    fn load(raw: u16) -> f32 {
+        bf16_widened(raw)
+    }
+    #[inline(always)]
+    fn store(x: f32) -> u16 {
+        bf16_rounded(x) as u16
+    }
+}
+
+/// The bf16 bits of `x` (in the low half), rounded to nearest even as `bf16::from_f32`
+/// does (a NaN keeps its top bits and gets the quiet bit), on the f32 bits, so that a loop
+/// of it vectorises.
+#[inline(always)]
+fn bf16_rounded(x: f32) -> u32 {
+    let bits = x.to_bits();
+    let rounded = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) >> 16;
+    let quiet = (bits >> 16) | 0x40;
+    if bits & !SIGN > INF { quiet } else { rounded }
+}
+
+/// bf16 bits widened to f32 as `bf16::to_f32` does (a NaN gets the quiet bit).
+#[inline(always)]
+fn bf16_widened(raw: u16) -> f32 {
+    let bits = u32::from(raw);
+    let quiet = if bits & 0x7FFF > 0x7F80 { 0x40 } else { 0 };
+    f32::from_bits((bits | quiet) << 16)
+}
+
+/// The loop of the round trips.
+#[inline(always)]
+fn round_trip_body<L: Lanes>(
+    x: &[L::Raw],
+    out: &mut [L::Raw],
+    grid: &Grid,
+    scale: f32,
+    scale_inv: f32,
+) {
+    let g = *grid;
+    let one_in = scale.to_bits() == 1f32.to_bits();
+    let one_out = scale_inv.to_bits() == 1f32.to_bits();
+    let half = 1u32 << (g.shift - 1);
+    let low = (1u32 << g.shift) - 1;
+    for (v, o) in x.iter().zip(out.iter_mut()) {
+        let v = L::load(*v);
+        let y = if one_in { v } else { flush(flush(v) * scale) };
+        let bits = y.to_bits();
+        let (sign, a) = (bits & SIGN, bits & !SIGN);
+        let normal = (a + (half - 1) + ((a >> g.shift) & 1)) & !low;
+        let subnormal = ((f32::from_bits(a) + g.magic) - g.magic).to_bits();
+        let mut d = if a < g.normal { subnormal } else { normal };
+        d = if d > g.max { g.overflow } else { d };
+        d = if a == INF { g.infinity } else { d };
+        d = if a > INF { NAN } else { d };
+        let d = f32::from_bits(sign | d);
+        *o = L::store(if one_out {
+            d
+        } else {
+            flush(flush(d) * scale_inv)
+        });
     }
 }
 
@@ -513,6 +646,13 @@ multiversion! {
     /// The largest `|x|` bits of `x`.
     fn abs_max(x: &[f32]) -> u32 {
         x.iter().fold(0u32, |m, v| m.max(v.to_bits() & !SIGN))
+    }
+}
+
+multiversion! {
+    /// The largest `|x|` bits of bf16 values (their bits) widened to f32.
+    fn abs_max_bf16(x: &[u16]) -> u32 {
+        x.iter().fold(0u32, |m, v| m.max(bf16_widened(*v).to_bits() & !SIGN))
     }
 }
 

@@ -117,6 +117,32 @@ fn every_bf16_and_f16_value_rounds_as_the_reference() {
 }
 
 #[test]
+fn amaxes_of_every_bf16_and_f16_value_are_the_reference() {
+    // Every bit pattern, NaN payloads of both signs among them (a NaN's amax is its quiet
+    // form), each its own block, in blocks of 256 and as one tensor.
+    fn check<T: CpuFloat>(values: &[T]) {
+        let len = values.len() as u32;
+        for layout in [
+            BlockLayout::per_tensor(len),
+            BlockLayout::blocks(len, 256, 1, 256),
+            BlockLayout::blocks(len, 256, 1, 1),
+        ] {
+            let mut want = vec![0u32; layout.num_blocks() as usize];
+            for (i, v) in values.iter().enumerate() {
+                let b = &mut want[layout.block_of(i as u32) as usize];
+                *b = (*b).max(amax_bits(&[v.to_f32()]));
+            }
+            for isa in Isa::available() {
+                let got = fp8::block_amax(isa, values, layout).unwrap();
+                assert_eq!(got, want, "{isa}: {layout:?}");
+            }
+        }
+    }
+    check(&(0..=u16::MAX).map(bf16::from_bits).collect::<Vec<_>>());
+    check(&(0..=u16::MAX).map(f16::from_bits).collect::<Vec<_>>());
+}
+
+#[test]
 fn f32_values_of_every_kind_round_as_the_reference() {
     let mut rng = Rng(7);
     let mut v: Vec<f32> = (0..40_000)
@@ -316,22 +342,30 @@ fn f32_values_quantized_through_a_16_bit_format_are_the_cast_values_quantized() 
     values[9] = f32::from_bits(1f32.to_bits() | 0x7fff); // rounds up in bf16 and f16
     values[13] = 1.0e-6;
     values[21] = 1.0e-39;
+    values[33] = f32::from_bits(1f32.to_bits() | 0x8000); // a bf16 tie: down to even
+    values[34] = f32::from_bits(1f32.to_bits() | 0x1_8000); // a bf16 tie: up to even
+    values[35] = -f32::from_bits(0x0000_8000); // a tie among bf16's subnormals
+    // A finite run with no NaN or infinity, so that one scale covers the whole tensor.
+    let finite = values.clone();
     values[4_000] = f32::NAN;
+    values[4_040] = f32::MAX; // an infinity through bf16 and f16
+    values[4_100] = -f32::from_bits(0x7f80_0001); // a signalling NaN, negative
     let len = values.len() as u32;
-    let layouts = [
-        BlockLayout::per_tensor(len),
-        BlockLayout::blocks(len, 100, 1, 32),
-        BlockLayout::blocks(len, 100, 7, 13),
+    let cases = [
+        (&finite, BlockLayout::per_tensor(len)),
+        (&values, BlockLayout::per_tensor(len)),
+        (&values, BlockLayout::blocks(len, 100, 1, 32)),
+        (&values, BlockLayout::blocks(len, 100, 7, 13)),
     ];
-    for layout in layouts {
+    for (values, layout) in cases {
         for cast in [
             Fp8Cast::new(Fp8Format::E4M3),
             Fp8Cast::new(Fp8Format::E5M2).with_overflow(Overflow::SaturateFinite),
             Fp8Cast::new(Fp8Format::E4M3).with_rounding(Rounding::Stochastic { seed: 7 }),
         ] {
-            check_through::<bf16>(&values, Format::Bf16, layout, cast);
-            check_through::<f16>(&values, Format::F16, layout, cast);
-            check_through::<f32>(&values, Format::F32, layout, cast);
+            check_through::<bf16>(values, Format::Bf16, layout, cast);
+            check_through::<f16>(values, Format::F16, layout, cast);
+            check_through::<f32>(values, Format::F32, layout, cast);
         }
     }
 }

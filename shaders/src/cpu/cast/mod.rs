@@ -213,7 +213,7 @@ pub(crate) fn bits<T: CpuFloat, U: bytemuck::Pod>(values: &[T]) -> &[U] {
     unsafe { core::slice::from_raw_parts(values.as_ptr().cast(), values.len()) }
 }
 
-fn bits_mut<T: CpuFloat, U: bytemuck::Pod>(values: &mut [T]) -> &mut [U] {
+pub(crate) fn bits_mut<T: CpuFloat, U: bytemuck::Pod>(values: &mut [T]) -> &mut [U] {
     assert_eq!(size_of::<T>(), size_of::<U>(), "bits of the same size");
     // SAFETY: as in `bits`; every bit pattern is a valid T.
     unsafe { core::slice::from_raw_parts_mut(values.as_mut_ptr().cast(), values.len()) }
