@@ -687,11 +687,7 @@ fn via<S: CpuFloat, N: CpuFloat, D: CpuFloat>(isa: Isa, src: &[S], dst: &mut [D]
 
 /// One value as [`widen`] and [`narrow_into`] round it.
 fn narrow(x: f32, through: Option<Format>) -> f32 {
-    match through {
-        Some(Format::Bf16) => bf16::from_f32(x).to_f32(),
-        Some(Format::F16) => f16::from_f32(x).to_f32(),
-        Some(Format::F32) | None => x,
-    }
+    through.map_or(x, |format| format.round(x))
 }
 
 /// `f(first, block, x, o, buf)` for each maximal run of `input` and the same elements of

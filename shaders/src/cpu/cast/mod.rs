@@ -50,6 +50,26 @@ impl Format {
             Format::Bf16 | Format::F16 => 2,
         }
     }
+
+    /// `x` rounded to this format (to nearest, ties to even) and widened again, as a cast
+    /// there and back would give it (the widening is exact).
+    ///
+    /// ```
+    /// use burn_amp_kernels::cpu::cast::Format;
+    ///
+    /// let x = 1.0 + 1.0 / 512.0;
+    /// assert_eq!(Format::Bf16.round(x), 1.0); // 8 significant bits
+    /// assert_eq!(Format::F16.round(x), x); // 11
+    /// assert_eq!(Format::F32.round(x), x);
+    /// ```
+    #[inline(always)]
+    pub fn round(self, x: f32) -> f32 {
+        match self {
+            Format::F32 => x,
+            Format::Bf16 => bf16::from_f32(x).to_f32(),
+            Format::F16 => f16::from_f32(x).to_f32(),
+        }
+    }
 }
 
 /// An element type of the CPU kernels: `f32`, `half::bf16` or `half::f16`.

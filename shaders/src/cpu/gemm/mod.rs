@@ -449,15 +449,5 @@ fn rounded_bias<D: CpuFloat>(
             len: bias.len(),
         });
     }
-    Ok(bias.iter().map(|v| round(v.to_f32(), format)).collect())
-}
-
-/// `x` rounded to `format` and widened again (exact for the widening).
-#[inline(always)]
-pub(crate) fn round(x: f32, format: Format) -> f32 {
-    match format {
-        Format::F32 => x,
-        Format::Bf16 => half::bf16::from_f32(x).to_f32(),
-        Format::F16 => half::f16::from_f32(x).to_f32(),
-    }
+    Ok(bias.iter().map(|v| format.round(v.to_f32())).collect())
 }

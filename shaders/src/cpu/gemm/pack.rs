@@ -24,7 +24,7 @@ fn rounds<S: CpuFloat>(format: Format) -> bool {
 fn value<S: CpuFloat>(m: &MatRef<'_, S>, i: usize, j: usize, format: Format) -> f32 {
     let x = m.get(i, j);
     if rounds::<S>(format) {
-        super::round(x, format)
+        format.round(x)
     } else {
         x
     }
