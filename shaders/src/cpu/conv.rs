@@ -288,6 +288,10 @@ fn im2col_row<S: CpuFloat, D: CpuFloat>(
     let sx = shape.stride[1];
     let (c, i, j) = (k / (kh * kw), k / kw % kh, k % kw);
     let (xs, x0) = shape.valid(1, j, ow);
+    if shape.stride == [1, 1] && ow == w && !xs.is_empty() {
+        same_row(isa, shape, x, samples, (c, i), (xs, x0), row);
+        return;
+    }
     if S::FORMAT == D::FORMAT {
         // SAFETY: one format is one type (f32, bf16 or f16): S is D.
         let x: &[D] = unsafe { core::slice::from_raw_parts(x.as_ptr().cast(), x.len()) };
@@ -298,10 +302,7 @@ fn im2col_row<S: CpuFloat, D: CpuFloat>(
         let sy = shape.stride[0];
         for (s, out) in samples.zip(row.chunks_mut(oh * ow)) {
             let plane = &x[(s * shape.channels + c) * h * w..][..h * w];
-            let (above, rest) = out.split_at_mut(ys.start * ow);
-            let (inside, below) = rest.split_at_mut(ys.len() * ow);
-            above.fill(zero);
-            below.fill(zero);
+            let inside = inside_rows(out, &ys, ow, zero);
             for (n, seg) in inside.chunks_exact_mut(ow).enumerate() {
                 let line = &plane[(y0 + n * sy) * w..][..w];
                 // A column or two of padding: stores, not a call to `memset`.
@@ -338,6 +339,60 @@ fn im2col_row<S: CpuFloat, D: CpuFloat>(
         }
     }
     cast::convert_block(isa, &buf[..filled], &mut row[written..written + filled]);
+}
+
+/// [`im2col_row`] of a "same" convolution's row (stride 1, the output as wide as the
+/// input) whose kernel column `xs` reads inside the image, from input column `x0` on: the
+/// output rows that read the image are then one run of the plane, shifted by the kernel
+/// entry, converted whole; the padding columns, which the run fills with the neighbouring
+/// lines' values, are cleared after.
+fn same_row<S: CpuFloat, D: CpuFloat>(
+    isa: Isa,
+    shape: &ConvShape,
+    x: &[S],
+    samples: Range<usize>,
+    (c, i): (usize, usize),
+    (xs, x0): (Range<usize>, usize),
+    row: &mut [D],
+) {
+    let [h, w] = shape.size;
+    let [oh, _] = shape.out_size().expect("checked by the caller");
+    let (ys, y0) = shape.valid(0, i, oh);
+    let zero = D::from_f32(0.0);
+    for (s, out) in samples.zip(row.chunks_mut(oh * w)) {
+        let plane = &x[(s * shape.channels + c) * h * w..][..h * w];
+        let inside = inside_rows(out, &ys, w, zero);
+        if !ys.is_empty() {
+            // Output (n, xs.start + t) reads input (y0 + n, x0 + t): with as many columns
+            // on both sides, their flat offsets advance together. The run ends inside the
+            // plane (x0 + xs.len() <= w on its last line, y0 + ys.len() <= h).
+            let len = (ys.len() - 1) * w + xs.len();
+            cast::convert_block(
+                isa,
+                &plane[y0 * w + x0..][..len],
+                &mut inside[xs.start..][..len],
+            );
+        }
+        for seg in inside.chunks_exact_mut(w) {
+            seg[..xs.start].iter_mut().for_each(|v| *v = zero);
+            seg[xs.end..].iter_mut().for_each(|v| *v = zero);
+        }
+    }
+}
+
+/// The output rows `ys` of one sample's share of a row of the columns (rows of `ow`
+/// values), the rows above and below them set to `zero`.
+fn inside_rows<'a, D: Copy>(
+    out: &'a mut [D],
+    ys: &Range<usize>,
+    ow: usize,
+    zero: D,
+) -> &'a mut [D] {
+    let (above, rest) = out.split_at_mut(ys.start * ow);
+    let (inside, below) = rest.split_at_mut(ys.len() * ow);
+    above.fill(zero);
+    below.fill(zero);
+    inside
 }
 
 /// `dst[t] = f(&src[t * stride])` for every `t`: a copy at stride 1, a deinterleave at

@@ -55,6 +55,33 @@ fn shapes() -> Vec<(ConvShape, usize)> {
             },
             4,
         ),
+        // "Same" convolutions (stride 1, output as wide as the input): the columns' rows
+        // are copied as one run of each plane, its padding columns cleared after.
+        (
+            ConvShape {
+                padding: [1, 1],
+                ..base
+            },
+            3,
+        ),
+        (
+            ConvShape {
+                size: [6, 9],
+                dilation: [1, 2],
+                padding: [0, 2],
+                ..base
+            },
+            2,
+        ),
+        (
+            ConvShape {
+                kernel: [3, 5],
+                size: [5, 4],
+                padding: [2, 2],
+                ..base
+            },
+            2,
+        ),
         (
             ConvShape {
                 batch: 1,
