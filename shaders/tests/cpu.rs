@@ -749,6 +749,25 @@ fn adamw_on<G: CpuFloat>(isa: Isa, grad: &[G], scale: Option<f32>) -> [Vec<u32>;
     [p, m, v].map(|x| x.iter().map(|f| f.to_bits()).collect())
 }
 
+/// [`adamw_on`] written out as the module documents it (Burn's `AdamW`), one value at a time.
+fn adamw_by_hand(grad: &[f32], scale: Option<f32>) -> [Vec<u32>; 3] {
+    let n = grad.len();
+    let (mut p, mut m) = (lcg_values(n, 1, 1.0), lcg_values(n, 2, 1e-2));
+    let mut v: Vec<f32> = lcg_values(n, 3, 1e-4).iter().map(|x| x.abs()).collect();
+    // The step's scalars as the kernel is handed them (`powi` may fold differently in a
+    // constant); the element arithmetic below is what is checked.
+    let at = burn_amp_kernels::cpu::optim::AdamwStep::new(1e-3, 0.9, 0.999, 1e-8, 0.1).at(7);
+    let (lr, b1, b2, eps, decay) = (1e-3f32, 0.9f32, 0.999f32, 1e-8f32, at.step.decay);
+    let (c1, c2) = (at.c1, at.c2);
+    for i in 0..n {
+        let g = scale.map_or(grad[i], |s| grad[i] / s);
+        m[i] = m[i] * b1 + g * (1.0 - b1);
+        v[i] = v[i] * b2 + (g * g) * (1.0 - b2);
+        p[i] = p[i] * decay - ((m[i] / c1) / ((v[i] / c2).sqrt() + eps)) * lr;
+    }
+    [p, m, v].map(|x| x.iter().map(|f| f.to_bits()).collect())
+}
+
 #[test]
 fn adamw_unscale_and_count_give_the_portable_bits_on_every_instruction_set() {
     use burn_amp_kernels::cpu::optim::{count_nonfinite, unscale};
@@ -758,6 +777,13 @@ fn adamw_unscale_and_count_give_the_portable_bits_on_every_instruction_set() {
         let g32 = lcg_values(n, 4, 0.5);
         let gbf: Vec<bf16> = g32.iter().map(|&x| bf16::from_f32(x)).collect();
         let gf16: Vec<f16> = g32.iter().map(|&x| f16::from_f32(x)).collect();
+        for scale in [None, Some(1000.0)] {
+            assert_eq!(
+                adamw_on(portable, &g32, scale),
+                adamw_by_hand(&g32, scale),
+                "{n}"
+            );
+        }
         for isa in Isa::available() {
             let level = isa.level().name();
             for scale in [None, Some(1024.0)] {
@@ -781,9 +807,37 @@ fn adamw_unscale_and_count_give_the_portable_bits_on_every_instruction_set() {
             if n > 9 {
                 with_bad[3] = f32::NAN;
                 with_bad[n - 1] = f32::INFINITY;
+                with_bad[7] = 3e38; // finite, in f32's largest binade
             }
             let want = with_bad.iter().filter(|x| !x.is_finite()).count();
             assert_eq!(count_nonfinite(isa, &with_bad), want, "{level} {n}");
+            // The 16-bit formats on their own exponent fields: 70000 overflows f16 (to an
+            // infinity) but not bf16; 40000 and 3e38, each format's largest binade, are finite.
+            let mut bad_bf: Vec<bf16> = with_bad.iter().map(|&x| bf16::from_f32(x)).collect();
+            let mut bad_h: Vec<f16> = with_bad.iter().map(|&x| f16::from_f32(x)).collect();
+            if n > 9 {
+                bad_bf[5] = bf16::from_f32(7e4);
+                bad_h[5] = f16::from_f32(7e4);
+                bad_bf[6] = bf16::from_f32(3e38);
+                bad_h[6] = f16::from_f32(4e4);
+            }
+            let count = |x: &[f32]| x.iter().filter(|x| !x.is_finite()).count();
+            let widen_bf: Vec<f32> = bad_bf.iter().map(|x| x.to_f32()).collect();
+            let widen_h: Vec<f32> = bad_h.iter().map(|x| x.to_f32()).collect();
+            assert_eq!(
+                count_nonfinite(isa, &bad_bf),
+                count(&widen_bf),
+                "bf16 {level} {n}"
+            );
+            assert_eq!(
+                count_nonfinite(isa, &bad_h),
+                count(&widen_h),
+                "f16 {level} {n}"
+            );
+            if n > 9 {
+                // 70000 and 3e38 overflow f16 alone.
+                assert_eq!(count(&widen_h), count(&widen_bf) + 2, "f16 {level} {n}");
+            }
             let (mut a, mut b) = (g32.clone(), g32.clone());
             unscale(isa, &mut a, 3.0);
             unscale(portable, &mut b, 3.0);

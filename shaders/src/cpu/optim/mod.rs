@@ -25,9 +25,7 @@
 //! # Ok::<(), burn_amp_kernels::cpu::optim::OptimError>(())
 //! ```
 
-mod portable;
-#[cfg(target_arch = "x86_64")]
-mod x86;
+mod loops;
 
 use rayon::prelude::*;
 
@@ -186,21 +184,8 @@ fn adamw_typed<G: CpuFloat>(
         scale: scale.unwrap_or(1.0),
         scaled: scale.is_some(),
     };
-    let run = |p: &mut [f32], g: &[G], m: &mut [f32], v: &mut [f32]| {
-        #[cfg(target_arch = "x86_64")]
-        if isa.has_avx512_bf16() {
-            // SAFETY: the Isa value proves AVX-512F (its AVX-512 level includes it), AVX2 and
-            // F16C; the slices have equal lengths.
-            return unsafe { x86::adamw_avx512(p, g, m, v, &s) };
-        }
-        #[cfg(target_arch = "x86_64")]
-        if isa.has_avx2() {
-            // SAFETY: the Isa value proves AVX2 (and F16C); the slices have equal lengths.
-            return unsafe { x86::adamw(p, g, m, v, &s) };
-        }
-        let _ = isa;
-        portable::adamw(p, g, m, v, &s)
-    };
+    let run =
+        |p: &mut [f32], g: &[G], m: &mut [f32], v: &mut [f32]| loops::adamw(isa, p, g, m, v, &s);
     if n <= CHUNK {
         run(param, grad, m, v);
     } else {
@@ -224,15 +209,7 @@ fn count_nonfinite_erased(isa: Isa, values: Floats<'_>) -> usize {
 }
 
 fn count_nonfinite_typed<T: CpuFloat>(isa: Isa, values: &[T]) -> usize {
-    let run = |chunk: &[T]| {
-        #[cfg(target_arch = "x86_64")]
-        if isa.has_avx2() && T::FORMAT == super::cast::Format::F32 {
-            // SAFETY: the Isa value proves AVX2; T is f32 (checked above).
-            return unsafe { x86::count_nonfinite_f32(bits_f32(chunk)) };
-        }
-        let _ = isa;
-        chunk.iter().filter(|x| !x.to_f32().is_finite()).count()
-    };
+    let run = |chunk: &[T]| loops::count_nonfinite(isa, chunk);
     if values.len() <= CHUNK {
         run(values)
     } else {
@@ -242,24 +219,10 @@ fn count_nonfinite_typed<T: CpuFloat>(isa: Isa, values: &[T]) -> usize {
 
 /// `values / scale`, in place (the loss scaler's unscale of a gradient).
 pub fn unscale(isa: Isa, values: &mut [f32], scale: f32) {
-    let run = |chunk: &mut [f32]| {
-        #[cfg(target_arch = "x86_64")]
-        if isa.has_avx2() {
-            // SAFETY: the Isa value proves AVX2.
-            return unsafe { x86::unscale(chunk, scale) };
-        }
-        let _ = isa;
-        portable::unscale(chunk, scale)
-    };
+    let run = |chunk: &mut [f32]| loops::unscale(isa, chunk, scale);
     if values.len() <= CHUNK {
         run(values)
     } else {
         values.par_chunks_mut(CHUNK).for_each(run)
     }
-}
-
-fn bits_f32<T: CpuFloat>(values: &[T]) -> &[f32] {
-    debug_assert_eq!(T::FORMAT, super::cast::Format::F32);
-    // SAFETY: T is f32 (the caller checked its format).
-    unsafe { core::slice::from_raw_parts(values.as_ptr().cast(), values.len()) }
 }
