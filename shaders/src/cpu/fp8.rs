@@ -1,14 +1,13 @@
 //! FP8 on the CPU: each block's amax, values rounded to FP8 and back ("fake quantization",
 //! what FP8 training feeds its products), and FP8 codes to and from values, over f32, bf16
-//! or f16 slices,
-//! vectorised and split over rayon's threads. Byte for byte the reference
+//! or f16 slices, vectorised and split over rayon's threads. Byte for byte the reference
 //! ([`crate::fp8::reference`]): the same scales, the same codes, the same decoded values.
 //!
-//! Round to nearest even is done on the f32 bits without leaving the vector registers: a
-//! value in FP8's normal range keeps its top `m` mantissa bits (an integer round), one in
-//! FP8's subnormal range is rounded to the subnormal step by adding and subtracting
-//! `2^(emin - m + 23)` (one f32 rounding, which is to nearest even), overflows, infinities and
-//! NaN are selected afterwards as the cast's overflow rule says. Stochastic rounding, and a
+//! Round to nearest even is done without leaving the vector registers: a value is rounded to
+//! the FP8 step of its binade (the subnormal step below FP8's smallest normal) by adding and
+//! subtracting `2^23` such steps, whose exponent is built from the value's own (one f32
+//! rounding, which is to nearest even); overflows, infinities and NaN are selected afterwards
+//! as the cast's overflow rule says. Stochastic rounding, and a
 //! block whose scale is NaN, take the reference one value at a time.
 //! f32 and bf16 values (and f32 values read through bf16) are read and written where they
 //! lie, the conversions in the registers too; f16 is converted through f32 on the stack.
@@ -433,10 +432,13 @@ struct Grid {
     shift: u32,
     /// The smallest normal FP8 value: below it, the subnormal step.
     normal: u32,
-    /// `2^(emin - m + 23)`: adding and subtracting it rounds to the subnormal step.
-    magic: f32,
     /// The largest finite value.
     max: u32,
+    /// The exponent field of `max`: the binade past which every value overflows.
+    top: u32,
+    /// `23 - m` as an exponent: a binade's bits plus this are the value that, added and
+    /// subtracted, rounds a number of that binade to its FP8 step.
+    steps: u32,
     /// What a finite value past `max` decodes to.
     overflow: u32,
     /// What an infinity decodes to.
@@ -457,7 +459,8 @@ impl Grid {
         let layout = cast.format.layout();
         let m = layout.mantissa_bits();
         let bias = cast.format.bias();
-        // Biases are 0..=63: emin = 1 - bias and every step stay normal f32 numbers.
+        // Biases are 0..=63: emin = 1 - bias and every step stay normal f32 numbers, the
+        // largest binade (2^30 at most) plus `steps` stays finite, and it is above emin's.
         debug_assert!((0..=63).contains(&bias));
         let decoded = |code: u8| reference::decode_bits(code, cast.format);
         let clamp_code = |yes: bool| {
@@ -471,8 +474,9 @@ impl Grid {
         Self {
             shift: 23 - m,
             normal: ((128 - bias) as u32) << 23,
-            magic: f32::from_bits(((151 - bias) as u32 - m) << 23),
             max: decoded(layout.max_finite_code()),
+            top: decoded(layout.max_finite_code()) & INF,
+            steps: (23 - m) << 23,
             overflow: clamp(cast.overflow.clamps_finite()),
             infinity: clamp(cast.overflow.clamps_infinite()),
             offset: ((127 - bias) as u32) << m,
@@ -535,15 +539,20 @@ impl Lanes for F32 {
     }
 }
 
+// The stores below round without `bf16_rounded`'s NaN case: a round trip's only NaNs are
+// the canonical one times a scale, whose low half is zero and whose quiet bit is set, which
+// the plain rounding leaves as `bf16::from_f32` does.
+
 impl Lanes for F32ThroughBf16 {
     type Raw = f32;
     #[inline(always)]
     fn load(raw: f32) -> f32 {
+        // Any f32 NaN comes in, and its rounding could carry into the sign: the NaN case.
         f32::from_bits(bf16_rounded(raw) << 16)
     }
     #[inline(always)]
     fn store(x: f32) -> f32 {
-        f32::from_bits(bf16_rounded(x) << 16)
+        f32::from_bits(bf16_rounded_number(x) << 16)
     }
 }
 
@@ -551,11 +560,12 @@ impl Lanes for Bf16 {
     type Raw = u16;
     #[inline(always)]
     fn load(raw: u16) -> f32 {
-        bf16_widened(raw)
+        // Without the quiet bit: a NaN still reads as a NaN, and every NaN decodes to one.
+        f32::from_bits(u32::from(raw) << 16)
     }
     #[inline(always)]
     fn store(x: f32) -> u16 {
-        bf16_rounded(x) as u16
+        bf16_rounded_number(x) as u16
     }
 }
 
@@ -570,12 +580,31 @@ fn bf16_rounded(x: f32) -> u32 {
     if bits & !SIGN > INF { quiet } else { rounded }
 }
 
+/// [`bf16_rounded`] of a number, or of a NaN whose low half is zero and whose quiet bit is
+/// set (which the rounding leaves as it is).
+#[inline(always)]
+fn bf16_rounded_number(x: f32) -> u32 {
+    let bits = x.to_bits();
+    bits.wrapping_add(0x7FFF + ((bits >> 16) & 1)) >> 16
+}
+
 /// bf16 bits widened to f32 as `bf16::to_f32` does (a NaN gets the quiet bit).
 #[inline(always)]
 fn bf16_widened(raw: u16) -> f32 {
     let bits = u32::from(raw);
     let quiet = if bits & 0x7FFF > 0x7F80 { 0x40 } else { 0 };
     f32::from_bits((bits | quiet) << 16)
+}
+
+/// `|y|`'s bits `a` rounded to the grid's step at its binade, to nearest even: adding and
+/// subtracting `2^23` steps (f32's own rounding) rounds a number to that step. Below the
+/// smallest normal the step is the subnormal one; past the top binade the top's (where the
+/// sum cannot overflow, and every value overflows the grid anyway: the caller's test). An
+/// infinity stays one, a NaN a NaN.
+#[inline(always)]
+fn on_grid(a: u32, g: &Grid) -> u32 {
+    let magic = f32::from_bits((a & INF).max(g.normal).min(g.top) + g.steps);
+    ((f32::from_bits(a) + magic) - magic).to_bits()
 }
 
 /// The loop of the round trips.
@@ -590,25 +619,19 @@ fn round_trip_body<L: Lanes>(
     let g = *grid;
     let one_in = scale.to_bits() == 1f32.to_bits();
     let one_out = scale_inv.to_bits() == 1f32.to_bits();
-    let half = 1u32 << (g.shift - 1);
-    let low = (1u32 << g.shift) - 1;
     for (v, o) in x.iter().zip(out.iter_mut()) {
         let v = L::load(*v);
         let y = if one_in { v } else { flush(flush(v) * scale) };
         let bits = y.to_bits();
         let (sign, a) = (bits & SIGN, bits & !SIGN);
-        let normal = (a + (half - 1) + ((a >> g.shift) & 1)) & !low;
-        let subnormal = ((f32::from_bits(a) + g.magic) - g.magic).to_bits();
-        let mut d = if a < g.normal { subnormal } else { normal };
+        let mut d = on_grid(a, &g);
         d = if d > g.max { g.overflow } else { d };
         d = if a == INF { g.infinity } else { d };
         d = if a > INF { NAN } else { d };
+        // A grid value is never an f32 subnormal (the smallest FP8 step is 2^-65 or more), so
+        // the product is the one flush the reference's `flush(flush(d) * scale_inv)` needs.
         let d = f32::from_bits(sign | d);
-        *o = L::store(if one_out {
-            d
-        } else {
-            flush(flush(d) * scale_inv)
-        });
+        *o = L::store(if one_out { d } else { flush(d * scale_inv) });
     }
 }
 
@@ -618,15 +641,11 @@ multiversion! {
     fn encode(x: &[f32], codes: &mut [u8], grid: &Grid, scale: f32) {
         let g = *grid;
         let one_in = scale.to_bits() == 1f32.to_bits();
-        let half = 1u32 << (g.shift - 1);
-        let low = (1u32 << g.shift) - 1;
         for (v, c) in x.iter().zip(codes.iter_mut()) {
             let y = if one_in { *v } else { flush(flush(*v) * scale) };
             let bits = y.to_bits();
             let (sign, a) = (bits & SIGN, bits & !SIGN);
-            let normal = (a + (half - 1) + ((a >> g.shift) & 1)) & !low;
-            let subnormal = ((f32::from_bits(a) + g.magic) - g.magic).to_bits();
-            let d = if a < g.normal { subnormal } else { normal };
+            let d = on_grid(a, &g);
             let mut code = if d >= g.normal {
                 (d >> g.shift).wrapping_sub(g.offset)
             } else {
