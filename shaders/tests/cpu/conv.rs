@@ -55,6 +55,37 @@ fn shapes() -> Vec<(ConvShape, usize)> {
             },
             4,
         ),
+        // Strided convolutions whose output is as wide as a phase plane (ceil(w / sx)):
+        // the columns come from the phase planes (the two above too); in the second, two
+        // kernel columns read only padding.
+        (
+            ConvShape {
+                size: [11, 8],
+                stride: [3, 2],
+                dilation: [2, 1],
+                padding: [3, 1],
+                ..base
+            },
+            3,
+        ),
+        (
+            ConvShape {
+                size: [7, 2],
+                stride: [3, 2],
+                dilation: [1, 2],
+                padding: [1, 2],
+                ..base
+            },
+            2,
+        ),
+        // A strided output narrower than a phase plane: a gather per output row.
+        (
+            ConvShape {
+                stride: [2, 2],
+                ..base
+            },
+            3,
+        ),
         // "Same" convolutions (stride 1, output as wide as the input): the columns' rows
         // are copied as one run of each plane, its padding columns cleared after.
         (

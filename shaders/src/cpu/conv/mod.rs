@@ -27,6 +27,9 @@ use super::Isa;
 use super::cast::{self, CpuFloat};
 use super::erased::{Floats, FloatsMut, typed, typed_mut};
 
+mod phases;
+use phases::Phases;
+
 /// Values one job of `im2col` or `col2im` copies at least: rows (or planes) go to rayon's
 /// threads in groups this large. A convolution split over the batch calls these from each
 /// thread's own run of samples, where splitting again row by row only moves rows between
@@ -264,6 +267,14 @@ fn im2col_typed<S: CpuFloat, D: CpuFloat>(
     if width == 0 {
         return Ok(());
     }
+    if let Some(phases) = Phases::of(shape, [oh, ow]) {
+        let planes = phases.split(shape, x, samples);
+        cols.par_chunks_mut(width)
+            .enumerate()
+            .with_min_len(rows_per_job(width))
+            .for_each(|(k, row)| phases.row(isa, shape, &planes, k, row));
+        return Ok(());
+    }
     cols.par_chunks_mut(width)
         .enumerate()
         .with_min_len(rows_per_job(width))
@@ -342,10 +353,7 @@ fn im2col_row<S: CpuFloat, D: CpuFloat>(
 }
 
 /// [`im2col_row`] of a "same" convolution's row (stride 1, the output as wide as the
-/// input) whose kernel column `xs` reads inside the image, from input column `x0` on: the
-/// output rows that read the image are then one run of the plane, shifted by the kernel
-/// entry, converted whole; the padding columns, which the run fills with the neighbouring
-/// lines' values, are cleared after.
+/// input) whose kernel column `xs` reads inside the image, from input column `x0` on.
 fn same_row<S: CpuFloat, D: CpuFloat>(
     isa: Isa,
     shape: &ConvShape,
@@ -358,25 +366,41 @@ fn same_row<S: CpuFloat, D: CpuFloat>(
     let [h, w] = shape.size;
     let [oh, _] = shape.out_size().expect("checked by the caller");
     let (ys, y0) = shape.valid(0, i, oh);
-    let zero = D::from_f32(0.0);
     for (s, out) in samples.zip(row.chunks_mut(oh * w)) {
         let plane = &x[(s * shape.channels + c) * h * w..][..h * w];
-        let inside = inside_rows(out, &ys, w, zero);
-        if !ys.is_empty() {
-            // Output (n, xs.start + t) reads input (y0 + n, x0 + t): with as many columns
-            // on both sides, their flat offsets advance together. The run ends inside the
-            // plane (x0 + xs.len() <= w on its last line, y0 + ys.len() <= h).
-            let len = (ys.len() - 1) * w + xs.len();
-            cast::convert_block(
-                isa,
-                &plane[y0 * w + x0..][..len],
-                &mut inside[xs.start..][..len],
-            );
-        }
-        for seg in inside.chunks_exact_mut(w) {
-            seg[..xs.start].iter_mut().for_each(|v| *v = zero);
-            seg[xs.end..].iter_mut().for_each(|v| *v = zero);
-        }
+        shifted_run(isa, plane, w, (ys.clone(), y0), (xs.clone(), x0), out);
+    }
+}
+
+/// One sample's share `out` of a row of the columns, from `plane`, both in lines of `w`
+/// values: output `(y, x)` reads plane value `(y0 + y - ys.start, x0 + x - xs.start)` for
+/// `y` in `ys` and `x` in `xs`, and is zero elsewhere. With as many values on both sides of
+/// a line, the values read are one run of the plane, converted whole; the padding columns,
+/// which the run fills with the neighbouring lines' values, are cleared after.
+fn shifted_run<S: CpuFloat, D: CpuFloat>(
+    isa: Isa,
+    plane: &[S],
+    w: usize,
+    (ys, y0): (Range<usize>, usize),
+    (xs, x0): (Range<usize>, usize),
+    out: &mut [D],
+) {
+    let zero = D::from_f32(0.0);
+    let inside = inside_rows(out, &ys, w, zero);
+    if !ys.is_empty() && !xs.is_empty() {
+        // Output (n, xs.start + t) reads (y0 + n, x0 + t): their flat offsets advance
+        // together. The run ends inside the plane (x0 + xs.len() <= w on its last line,
+        // y0 + ys.len() <= the plane's lines).
+        let len = (ys.len() - 1) * w + xs.len();
+        cast::convert_block(
+            isa,
+            &plane[y0 * w + x0..][..len],
+            &mut inside[xs.start..][..len],
+        );
+    }
+    for seg in inside.chunks_exact_mut(w) {
+        seg[..xs.start].iter_mut().for_each(|v| *v = zero);
+        seg[xs.end..].iter_mut().for_each(|v| *v = zero);
     }
 }
 
