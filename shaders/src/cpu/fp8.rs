@@ -7,8 +7,8 @@
 //! the FP8 step of its binade (the subnormal step below FP8's smallest normal) by adding and
 //! subtracting `2^23` such steps, whose exponent is built from the value's own (one f32
 //! rounding, which is to nearest even); overflows, infinities and NaN are selected afterwards
-//! as the cast's overflow rule says. Stochastic rounding, and a
-//! block whose scale is NaN, take the reference one value at a time.
+//! as the cast's overflow rule says. Stochastic rounding, and a block whose scale is NaN,
+//! take the reference one value at a time.
 //! f32 and bf16 values (and f32 values read through bf16) are read and written where they
 //! lie, the conversions in the registers too; f16 is converted through f32 on the stack.
 //!
@@ -561,7 +561,7 @@ impl Lanes for Bf16 {
     #[inline(always)]
     fn load(raw: u16) -> f32 {
         // Without the quiet bit: a NaN still reads as a NaN, and every NaN decodes to one.
-        f32::from_bits(u32::from(raw) << 16)
+        cast::bf16_bits_to_f32(raw)
     }
     #[inline(always)]
     fn store(x: f32) -> u16 {

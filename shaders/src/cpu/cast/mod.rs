@@ -222,6 +222,13 @@ fn retype<U: bytemuck::Pod, T: CpuFloat>(v: Vec<U>) -> Vec<T> {
     unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<T>(), v.len(), v.capacity()) }
 }
 
+/// The f32 that bf16 bits stand for: the bits as f32's upper half, exactly (a NaN keeps
+/// its payload, where `bf16::to_f32` sets the quiet bit), so that a loop of it vectorises.
+#[inline(always)]
+pub(crate) fn bf16_bits_to_f32(bits: u16) -> f32 {
+    f32::from_bits(u32::from(bits) << 16)
+}
+
 /// A slice of one of the kernel types as its raw bits (`u32` for f32, `u16` for the others).
 ///
 /// # Panics

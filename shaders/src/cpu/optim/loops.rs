@@ -54,7 +54,7 @@ multiversion! {
 multiversion! {
     /// AdamW with bf16 gradients (their bits), widened in the registers.
     fn adamw_bf16(p: &mut [f32], g: &[u16], m: &mut [f32], v: &mut [f32], s: &Scalars) {
-        adamw_body(p, g, m, v, s, |g| f32::from_bits(u32::from(g) << 16))
+        adamw_body(p, g, m, v, s, cast::bf16_bits_to_f32)
     }
 }
 
@@ -87,15 +87,26 @@ multiversion! {
     /// How many of `bits` have every bit of `exponent` set: the infinities and NaNs of a
     /// format whose exponent field is `exponent` (32-bit values; at most `u32::MAX`).
     fn count_all_ones_32(bits: &[u32], exponent: u32) -> usize {
-        bits.iter().map(|b| u32::from(b & exponent == exponent)).sum::<u32>() as usize
+        count_all_ones(bits, exponent)
     }
 }
 
 multiversion! {
     /// [`count_all_ones_32`] of 16-bit values.
     fn count_all_ones_16(bits: &[u16], exponent: u16) -> usize {
-        bits.iter().map(|b| u32::from(b & exponent == exponent)).sum::<u32>() as usize
+        count_all_ones(bits, exponent)
     }
+}
+
+/// How many of `bits` have every bit of `exponent` set: both widths' body.
+#[inline(always)]
+fn count_all_ones<T: Copy + core::ops::BitAnd<Output = T> + PartialEq>(
+    bits: &[T],
+    exponent: T,
+) -> usize {
+    bits.iter()
+        .map(|&b| u32::from(b & exponent == exponent))
+        .sum::<u32>() as usize
 }
 
 /// How many of `values` are inf or NaN, on their bits (at most `u32::MAX` values).
