@@ -170,6 +170,8 @@ impl ConvPlan {
     ) -> Vec<O> {
         let (l, oc) = (self.shape.positions(), self.out_channels);
         let mut y = to_fill::<O>(self.shape.batch * oc * l);
+        let weight = rounded::<W, F>(kernel.isa(), weight);
+        let weight = weight.as_slice();
         let split = self.split();
         let run = |(samples, dst): (Range<usize>, &mut [O])| {
             let mut bufs = Buffers::take();
@@ -177,7 +179,7 @@ impl ConvPlan {
                 let at =
                     (chunk.start - samples.start) * oc * l..(chunk.end - samples.start) * oc * l;
                 let dst = &mut dst[at];
-                self.forward_chunk::<X, W, F, O>(
+                self.forward_chunk::<X, F, F, O>(
                     kernel,
                     split.threads,
                     x,
@@ -307,6 +309,8 @@ impl ConvPlan {
         wants: [bool; 2],
     ) -> [Option<Vec<f32>>; 2] {
         let (k, oc) = (self.shape.patch(), self.out_channels);
+        let weight = rounded::<W, F>(kernel.isa(), weight);
+        let weight = weight.as_slice();
         let split = self.split();
         // Each run's input gradient is its own slice of dx.
         let parts: Vec<Option<InputGradPart>> = match dx {
@@ -326,7 +330,7 @@ impl ConvPlan {
                     (chunk.start - samples.start) * sample..(chunk.end - samples.start) * sample;
                 let dx = dx.as_mut().map(|dx| (dx, at));
                 let operands = (x, weight, dy);
-                self.backward_chunk::<X, W, G, F>(
+                self.backward_chunk::<X, F, G, F>(
                     kernel,
                     split.threads,
                     operands,
@@ -439,6 +443,13 @@ impl ConvPlan {
             }
         }
     }
+}
+
+/// The weight in the compute format `F`, rounded once per convolution: every chunk's
+/// product packs it, and a copy already in `F` packs without rounding again (the same
+/// rounding, so the same bits).
+fn rounded<W: CpuFloat, F: CpuFloat>(isa: Isa, weight: &[W]) -> Vec<F> {
+    cast::to_vec(isa, weight)
 }
 
 /// How a convolution's batch is split across threads (see `ConvPlan::split`).
