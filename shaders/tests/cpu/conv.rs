@@ -78,6 +78,16 @@ fn shapes() -> Vec<(ConvShape, usize)> {
             },
             2,
         ),
+        // A stride far past the input (one output): a gather, not 2^40 phase planes.
+        (
+            ConvShape {
+                size: [3, 4],
+                stride: [1 << 20, 1 << 20],
+                padding: [1, 1],
+                ..base
+            },
+            2,
+        ),
         // A strided output narrower than a phase plane: a gather per output row.
         (
             ConvShape {

@@ -184,7 +184,10 @@ impl ConvShape {
             0
         };
         let lo = lo.min(hi);
-        (lo..hi, (lo * s + shift).saturating_sub(p))
+        // An empty range reads nothing: its first input coordinate is 0, not one past the
+        // input (a stride past the input's size would put it there).
+        let first = if lo < hi { lo * s + shift - p } else { 0 };
+        (lo..hi, first)
     }
 }
 

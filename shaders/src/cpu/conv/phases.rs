@@ -26,11 +26,14 @@ pub(super) struct Phases {
 impl Phases {
     /// The phase planes of `shape` (output `[oh, ow]`), or `None` where a row of the
     /// columns is not one run of them: stride 1 (the input plane serves as it is), or an
-    /// output narrower or wider than a phase plane.
+    /// output narrower or wider than a phase plane; and where a stride exceeds the input
+    /// (the phase planes, `sy x sx` of them, would then outnumber its values).
     pub(super) fn of(shape: &ConvShape, [_, ow]: [usize; 2]) -> Option<Phases> {
         let [sy, sx] = shape.stride;
-        let size = [shape.size[0].div_ceil(sy), shape.size[1].div_ceil(sx)];
-        (shape.stride != [1, 1] && size[1] == ow).then_some(Phases {
+        let [h, w] = shape.size;
+        let size = [h.div_ceil(sy), w.div_ceil(sx)];
+        let fits = sy <= h && sx <= w;
+        (shape.stride != [1, 1] && fits && size[1] == ow).then_some(Phases {
             stride: shape.stride,
             size,
         })
