@@ -1,6 +1,7 @@
 //! Training under a policy: a small MLP trained 100 steps under `mixed_float16` (Flex, wgpu)
 //! and `mixed_bfloat16` (Flex) follows its float32 loss curve; burn-nn's Transformer encoder
-//! trains under every named policy on burn-amp's kernels as on Flex's own ops.
+//! trains under every named policy on burn-amp's kernels as on Flex's own ops; and a model
+//! built from the rest of burn-nn's modules trains under every policy near float32 (`zoo`).
 //!
 //! Tolerance. We compare 10-step means of the loss (one step's loss depends on its batch).
 //! Rounding the activations of a 3-layer network to f16 (unit roundoff 2^-11 = 0.05%) or
@@ -12,6 +13,8 @@
 //! by the last window, and a run that diverges by whole multiples.
 
 mod common;
+#[path = "training/zoo.rs"]
+mod zoo;
 
 use burn::backend::{Autodiff, Flex, Wgpu};
 use burn::nn::loss::CrossEntropyLossConfig;
