@@ -22,6 +22,16 @@ use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 use burn::tensor::backend::AutodiffBackend;
 use burn_amp::{MixedPrecision, Policy, with_policy};
 use common::{Mlp, teacher_batch, values};
+use std::sync::{Mutex, MutexGuard};
+
+/// The tests take turns: `LossScaleOptimizer::new` binds its scale (and, under the FP8
+/// policies, its scaling history) as the default of every device without a binding of its
+/// own, process-wide, so a backward pass in one test would otherwise apply another's.
+static TURNS: Mutex<()> = Mutex::new(());
+
+fn turn() -> MutexGuard<'static, ()> {
+    TURNS.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 const STEPS: usize = 100;
 const WINDOW: usize = 10;
@@ -95,6 +105,7 @@ fn check_follows_float32<B: AutodiffBackend>(device: &B::Device, policy: Policy,
 
 #[test]
 fn mixed_float16_follows_float32_on_flex() {
+    let _turn = turn();
     check_follows_float32::<Autodiff<Flex>>(
         &Default::default(),
         Policy::mixed_float16(),
@@ -104,6 +115,7 @@ fn mixed_float16_follows_float32_on_flex() {
 
 #[test]
 fn mixed_bfloat16_follows_float32_on_flex() {
+    let _turn = turn();
     check_follows_float32::<Autodiff<Flex>>(
         &Default::default(),
         Policy::mixed_bfloat16(),
@@ -113,6 +125,7 @@ fn mixed_bfloat16_follows_float32_on_flex() {
 
 #[test]
 fn mixed_float16_follows_float32_on_wgpu() {
+    let _turn = turn();
     check_follows_float32::<Autodiff<Wgpu>>(
         &Default::default(),
         Policy::mixed_float16(),
@@ -193,6 +206,7 @@ fn encoder_losses(policy: Policy) -> Vec<f32> {
 /// under float32.
 #[test]
 fn the_burn_nn_transformer_trains_under_every_policy_as_on_flex_own_ops() {
+    let _turn = turn();
     let names = [
         "float32",
         "mixed_float16",

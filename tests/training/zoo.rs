@@ -262,6 +262,7 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 /// the bounds of the module's doc.
 #[test]
 fn the_rest_of_burn_nn_trains_under_every_policy_near_float32() {
+    let _turn = crate::turn();
     let reference = run(Policy::float32());
     assert!(
         reference.gradients.len() > 40,
