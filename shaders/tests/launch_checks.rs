@@ -14,11 +14,32 @@ use burn_amp_kernels::optim::{AdamwBuffers, AdamwOutputs, adamw, adamw_into};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 use cubecl::wgpu::{WgpuDevice, WgpuRuntime};
+use std::ops::Deref;
 
 type R = WgpuRuntime;
 
-fn client() -> ComputeClient<R> {
-    R::client(&WgpuDevice::default())
+/// The wgpu client of a test, which waits for the device when the test ends: the valid
+/// launches run, and a process that exits while lavapipe still runs them can crash on the
+/// way out (after every test passed).
+struct Client(ComputeClient<R>);
+
+impl Deref for Client {
+    type Target = ComputeClient<R>;
+
+    fn deref(&self) -> &ComputeClient<R> {
+        &self.0
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        // A failed wait cannot fail the test from here; the exit is what it protects.
+        let _ = cubecl::future::block_on(self.0.sync());
+    }
+}
+
+fn client() -> Client {
+    Client(R::client(&WgpuDevice::default()))
 }
 
 /// A buffer of `n` f32 (ones).
