@@ -253,6 +253,11 @@ fn every_spec_error_lists_keys_dtypes_and_policy_names() {
         "float8_from_mixed_bfloat16",
         "float8_from_mixed_float16",
     ];
+    assert_eq!(
+        Policy::NAMES,
+        names,
+        "the documented names, in the errors' order"
+    );
     let spec_words = [
         "params",
         "compute",

@@ -207,16 +207,7 @@ fn encoder_losses(policy: Policy) -> Vec<f32> {
 #[test]
 fn the_burn_nn_transformer_trains_under_every_policy_as_on_flex_own_ops() {
     let _turn = turn();
-    let names = [
-        "float32",
-        "mixed_float16",
-        "mixed_bfloat16",
-        "float16",
-        "bfloat16",
-        "float8_from_mixed_bfloat16",
-        "float8_from_mixed_float16",
-    ];
-    for name in names {
+    for &name in Policy::NAMES {
         let policy: Policy = name.parse().unwrap();
         let ours = encoder_losses(policy);
         let flex = encoder_losses(policy.with_kernels(burn_amp::policy::Kernels::Backend));

@@ -115,6 +115,23 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// Every policy name the crate documents, in the order its errors list them: Keras'
+    /// `float32`, `float16`, `bfloat16`, `mixed_float16` and `mixed_bfloat16`, then the FP8
+    /// `float8_from_mixed_bfloat16` and `float8_from_mixed_float16`. Each parses, and the
+    /// policy prints as its name: a command line can offer them as its choices.
+    ///
+    /// ```
+    /// use burn_amp::Policy;
+    ///
+    /// for name in Policy::NAMES {
+    ///     let policy: Policy = name.parse()?;
+    ///     assert_eq!(policy.to_string(), *name);
+    /// }
+    /// assert!(Policy::NAMES.contains(&"mixed_bfloat16"));
+    /// # Ok::<(), burn_amp::PolicyError>(())
+    /// ```
+    pub const NAMES: &'static [&'static str] = &names::NAMES;
+
     /// Everything in f32: the default, and a pure pass-through for f32 tensors.
     pub const fn float32() -> Self {
         Self::from_dtypes(FloatDType::F32, FloatDType::F32, FloatDType::F32)

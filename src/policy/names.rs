@@ -1,18 +1,24 @@
 //! The policy names and the spec's vocabulary, as parsing accepts them and errors list them,
 //! and the nearest name to a typo.
 
-/// The Keras policy names [`Policy`](super::Policy) parses.
-pub(crate) const VALID_NAMES: [&str; 5] = [
+/// Every policy name the crate documents ([`Policy::NAMES`](super::Policy::NAMES)): Keras'
+/// dtype policy names, then its FP8 ones.
+pub(crate) const NAMES: [&str; 7] = [
     "float32",
     "float16",
     "bfloat16",
     "mixed_float16",
     "mixed_bfloat16",
+    "float8_from_mixed_bfloat16",
+    "float8_from_mixed_float16",
 ];
+
+/// The Keras dtype policy names [`Policy`](super::Policy) parses.
+pub(crate) const VALID_NAMES: &[&str] = NAMES.split_at(5).0;
 
 /// The FP8 policies, shown in errors (any name of [`VALID_NAMES`] after `float8_from_`
 /// parses too).
-pub(crate) const FP8_NAMES: [&str; 2] = ["float8_from_mixed_bfloat16", "float8_from_mixed_float16"];
+pub(crate) const FP8_NAMES: &[&str] = NAMES.split_at(5).1;
 
 /// The prefix of Keras' FP8 policy names.
 pub(crate) const FP8_PREFIX: &str = "float8_from_";

@@ -274,14 +274,7 @@ fn the_rest_of_burn_nn_trains_under_every_policy_near_float32() {
         .iter()
         .filter_map(|(_, g)| g.as_deref().map(norm))
         .fold(0.0, f64::max);
-    for name in [
-        "mixed_float16",
-        "mixed_bfloat16",
-        "float16",
-        "bfloat16",
-        "float8_from_mixed_bfloat16",
-        "float8_from_mixed_float16",
-    ] {
+    for &name in Policy::NAMES.iter().filter(|&&n| n != "float32") {
         let (loss_bound, cosine_bound) = match name {
             "mixed_float16" | "float16" => (0.06, 0.999),
             "mixed_bfloat16" | "bfloat16" => (0.06, 0.9),

@@ -1,6 +1,6 @@
 //! The convolution's columns: `weight x im2col(x)` on the GEMM is a direct convolution in
 //! f64 (stride, padding, dilation, 1-d, a kernel as large as the input), and `col2im` is
-//! `im2col`'s adjoint (`<im2col(x), y> = <x, col2im(y)>`).
+//! `im2col`'s adjoint (`<im2col(x), y> = <x, col2im(y)>`) and the value-by-value sum.
 
 use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::cast::Format;
@@ -134,39 +134,49 @@ fn shapes() -> Vec<(ConvShape, usize)> {
     ]
 }
 
-/// A direct convolution in f64: `[batch, out, oh, ow]`.
-fn direct(s: &ConvShape, out: usize, x: &[f32], w: &[f32], bias: &[f32]) -> Vec<f64> {
+/// Calls `read` with every (sample, patch entry, output position) whose input value lies
+/// inside the image: `(n, k, [i, j], input)`, `k` the index of patch entry `(c, a, b)` and
+/// `input` the value's index in `x`.
+fn reads(s: &ConvShape, mut read: impl FnMut(usize, usize, [usize; 2], usize)) {
     let [oh, ow] = s.out_size().unwrap();
     let [h, wd] = s.size;
     let [kh, kw] = s.kernel;
-    let mut y = vec![0f64; s.batch * out * oh * ow];
     for n in 0..s.batch {
-        for o in 0..out {
-            for i in 0..oh {
-                for j in 0..ow {
-                    let mut acc = bias[o] as f64;
-                    for c in 0..s.channels {
-                        for a in 0..kh {
-                            for b in 0..kw {
-                                let iy = (i * s.stride[0] + a * s.dilation[0]) as isize
-                                    - s.padding[0] as isize;
-                                let ix = (j * s.stride[1] + b * s.dilation[1]) as isize
-                                    - s.padding[1] as isize;
-                                if iy < 0 || ix < 0 || iy >= h as isize || ix >= wd as isize {
-                                    continue;
-                                }
-                                let xv =
-                                    x[((n * s.channels + c) * h + iy as usize) * wd + ix as usize];
-                                let wv = w[((o * s.channels + c) * kh + a) * kw + b];
-                                acc += xv as f64 * wv as f64;
+        for c in 0..s.channels {
+            for a in 0..kh {
+                for b in 0..kw {
+                    for i in 0..oh {
+                        for j in 0..ow {
+                            let iy = (i * s.stride[0] + a * s.dilation[0]) as isize
+                                - s.padding[0] as isize;
+                            let ix = (j * s.stride[1] + b * s.dilation[1]) as isize
+                                - s.padding[1] as isize;
+                            if iy < 0 || ix < 0 || iy >= h as isize || ix >= wd as isize {
+                                continue;
                             }
+                            let input = ((n * s.channels + c) * h + iy as usize) * wd + ix as usize;
+                            read(n, (c * kh + a) * kw + b, [i, j], input);
                         }
                     }
-                    y[((n * out + o) * oh + i) * ow + j] = acc;
                 }
             }
         }
     }
+}
+
+/// A direct convolution in f64: `[batch, out, oh, ow]`.
+fn direct(s: &ConvShape, out: usize, x: &[f32], w: &[f32], bias: &[f32]) -> Vec<f64> {
+    let [oh, ow] = s.out_size().unwrap();
+    let mut y = vec![0f64; s.batch * out * oh * ow];
+    for (at, v) in y.iter_mut().enumerate() {
+        *v = bias[at / (oh * ow) % out] as f64;
+    }
+    let patch = s.patch();
+    reads(s, |n, k, [i, j], input| {
+        for o in 0..out {
+            y[((n * out + o) * oh + i) * ow + j] += x[input] as f64 * w[o * patch + k] as f64;
+        }
+    });
     y
 }
 
@@ -282,6 +292,38 @@ fn col2im_is_the_adjoint_of_im2col() {
             (lhs - rhs).abs() <= 1e-4 * lhs.abs().max(1.0),
             "{shape:?}: {lhs} vs {rhs}"
         );
+    }
+}
+
+/// `col2im` value by value in f64: each column gradient added where its patch entry read.
+fn direct_col2im(s: &ConvShape, dcols: &[f32]) -> Vec<f64> {
+    let [oh, ow] = s.out_size().unwrap();
+    let width = s.batch * oh * ow;
+    let mut dx = vec![0f64; s.batch * s.sample()];
+    reads(s, |n, k, [i, j], input| {
+        dx[input] += dcols[k * width + (n * oh + i) * ow + j] as f64;
+    });
+    dx
+}
+
+#[test]
+fn col2im_adds_each_gradient_where_its_patch_read() {
+    // Every shape (strided, dilated, padded, 1-d) against the value-by-value sum, added
+    // onto what dx held.
+    for (shape, _) in shapes() {
+        let mut rng = Rng(19 + shape.patch() as u64);
+        let n = shape.patch() * shape.batch * shape.positions();
+        let dcols: Vec<f32> = (0..n).map(|_| rng.uniform()).collect();
+        let want = direct_col2im(&shape, &dcols);
+        let mut got = vec![1f32; shape.batch * shape.sample()];
+        conv::col2im(&shape, &dcols, 0..shape.batch, &mut got).unwrap();
+        let bound = 1e-5 * (shape.kernel[0] * shape.kernel[1]) as f64;
+        for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (*g as f64 - 1.0 - e).abs() <= bound,
+                "{shape:?}: [{i}] {g} vs 1 + {e}"
+            );
+        }
     }
 }
 
