@@ -187,6 +187,99 @@ fn a_length_mismatch_is_an_error_and_writes_nothing() {
     assert_eq!(dst, [bf16::ONE; 3]);
 }
 
+#[test]
+fn adding_widened_values_is_adding_halfs_widening_on_every_16_bit_pattern() {
+    // Every bf16 and f16 pattern (NaNs, infinities, subnormals) added onto sums that hold
+    // ordinary values, infinities of both signs and a NaN, at every length up to a vector's
+    // tail; and f32 sources, whose sums are plain additions.
+    let patterns: Vec<u16> = (0..=u16::MAX).collect();
+    let start: Vec<f32> = (0..patterns.len())
+        .map(|i| match i % 11 {
+            0 => f32::INFINITY,
+            1 => f32::NEG_INFINITY,
+            2 => f32::NAN,
+            _ => (i as f32).sin() * 1e4,
+        })
+        .collect();
+    fn check<S: CpuFloat + Copy>(src: &[S], start: &[f32]) {
+        let expected: Vec<f32> = start.iter().zip(src).map(|(a, s)| a + s.to_f32()).collect();
+        for isa in Isa::available() {
+            for len in (0..40).chain([src.len()]) {
+                let mut acc = start[..len].to_vec();
+                cast::add_widened(isa, &src[..len], &mut acc).unwrap();
+                for (i, (a, e)) in acc.iter().zip(&expected).enumerate() {
+                    assert!(
+                        a.to_bits() == e.to_bits() || (a.is_nan() && e.is_nan()),
+                        "{isa} {:?} #{i}: {a} against {e}",
+                        S::FORMAT
+                    );
+                }
+            }
+        }
+    }
+    let bf: Vec<bf16> = patterns.iter().map(|b| bf16::from_bits(*b)).collect();
+    let hf: Vec<f16> = patterns.iter().map(|b| f16::from_bits(*b)).collect();
+    let f: Vec<f32> = (0..patterns.len())
+        .map(|i| (i as f32).cos() * 3e3)
+        .collect();
+    check(&bf, &start);
+    check(&hf, &start);
+    check(&f, &start);
+    let mut acc = [1.0f32; 3];
+    let err = cast::add_widened(Isa::detect(), &[bf16::ONE; 4], &mut acc).unwrap_err();
+    assert_eq!(err, CastError::LengthMismatch { src: 4, dst: 3 });
+    assert_eq!(acc, [1.0; 3]);
+}
+
+#[test]
+fn sums_of_widened_values_follow_the_documented_order_on_every_instruction_set() {
+    // The order `sum_widened` documents, written out: sixteen running sums, value i into sum
+    // i % 16, then halves added (j + 8, j + 4, j + 2, j + 1).
+    fn documented(values: &[f32]) -> f32 {
+        let mut lanes = [0f32; 16];
+        for (i, v) in values.iter().enumerate() {
+            lanes[i % 16] += v;
+        }
+        for width in [8, 4, 2, 1] {
+            for j in 0..width {
+                lanes[j] += lanes[j + width];
+            }
+        }
+        lanes[0]
+    }
+    fn check<S: CpuFloat>(seed: u64) {
+        for len in (0..70).chain([255, 256, 257, 1000, 4099, 65_536 + 3]) {
+            let src: Vec<S> = random(len, seed + len as u64);
+            let wide: Vec<f32> = src.iter().map(|v| v.to_f32()).collect();
+            let expected = documented(&wide);
+            let exact: f64 = wide.iter().map(|&v| f64::from(v)).sum();
+            let magnitude: f64 = wide.iter().map(|&v| f64::from(v).abs()).sum();
+            assert!(
+                (f64::from(expected) - exact).abs()
+                    <= len as f64 * f64::from(f32::EPSILON) * magnitude,
+                "{len}"
+            );
+            for isa in Isa::available() {
+                let sum = cast::sum_widened(isa, &src);
+                assert_eq!(
+                    sum.to_bits(),
+                    expected.to_bits(),
+                    "{isa} {:?} {len}",
+                    S::FORMAT
+                );
+            }
+        }
+    }
+    check::<f32>(11);
+    check::<bf16>(12);
+    check::<f16>(13);
+    // Infinities and NaNs carry through.
+    let special = [1.0, f32::INFINITY, 2.0].map(bf16::from_f32);
+    assert_eq!(cast::sum_widened(Isa::detect(), &special), f32::INFINITY);
+    let special = [1.0, f32::NAN, 2.0].map(f16::from_f32);
+    assert!(cast::sum_widened(Isa::detect(), &special).is_nan());
+}
+
 // ---- GEMM ----
 
 fn round(x: f32, format: Format) -> f64 {

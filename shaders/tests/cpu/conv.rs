@@ -78,6 +78,16 @@ fn shapes() -> Vec<(ConvShape, usize)> {
             },
             2,
         ),
+        // Rows longer than a vector at stride 2.
+        (
+            ConvShape {
+                size: [4, 71],
+                stride: [2, 2],
+                padding: [1, 1],
+                ..base
+            },
+            2,
+        ),
         // A stride far past the input (one output): a gather, not 2^40 phase planes.
         (
             ConvShape {

@@ -216,11 +216,9 @@ fn column_sums(isa: Isa, g: &FlexTensor, dtype: DType) -> FlexTensor {
         let data = g.storage::<T>();
         let partial = |range: core::ops::Range<usize>| {
             let mut acc = vec![0f32; cols];
-            let mut row = vec![0f32; cols];
             for i in range {
                 let at = (start as isize + i as isize * row_stride) as usize;
-                cast::convert(isa, &data[at..at + cols], &mut row).expect("equal lengths");
-                acc.iter_mut().zip(&row).for_each(|(a, r)| *a += r);
+                cast::add_widened(isa, &data[at..at + cols], &mut acc).expect("equal lengths");
             }
             acc
         };

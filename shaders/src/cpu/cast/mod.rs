@@ -22,8 +22,11 @@
 //! ```
 
 mod portable;
+mod widened_sum;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
+
+pub use widened_sum::{add_widened, sum_widened};
 
 use half::{bf16, f16};
 use rayon::prelude::*;

@@ -124,11 +124,18 @@ fn subnormal_lanes(x: __m512i) -> __mmask16 {
     )
 }
 
-/// The bf16 bits of 16 f32 lanes by integer rounding ([`bf16_bits`] 16 lanes wide, the NaN
-/// lanes picked by a mask register).
+/// The bf16 bits of 16 f32 lanes by integer rounding ([`bf16_lanes_avx512`] narrowed).
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn bf16_bits_avx512(x: __m512i) -> __m256i {
+    _mm512_cvtepi32_epi16(bf16_lanes_avx512(x))
+}
+
+/// The bf16 bits of 16 f32 lanes in the low half of each 32-bit lane (the high half zero):
+/// [`bf16_bits`] 16 lanes wide, the NaN lanes picked by a mask register.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) fn bf16_lanes_avx512(x: __m512i) -> __m512i {
     let abs = _mm512_and_si512(x, _mm512_set1_epi32(0x7FFF_FFFF));
     let nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7F80_0000));
     let high = _mm512_srli_epi32::<16>(x);
@@ -136,7 +143,7 @@ fn bf16_bits_avx512(x: __m512i) -> __m256i {
     let bias = _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb);
     let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(x, bias));
     let quiet = _mm512_or_si512(high, _mm512_set1_epi32(0x40));
-    _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet))
+    _mm512_mask_blend_epi32(nan, rounded, quiet)
 }
 
 /// # Safety
