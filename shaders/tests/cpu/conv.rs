@@ -3,7 +3,7 @@
 //! `im2col`'s adjoint (`<im2col(x), y> = <x, col2im(y)>`) and the value-by-value sum.
 
 use burn_amp_kernels::cpu::Isa;
-use burn_amp_kernels::cpu::cast::Format;
+use burn_amp_kernels::cpu::cast::{CpuFloat, Format};
 use burn_amp_kernels::cpu::conv::{self, ConvError, ConvShape};
 use burn_amp_kernels::cpu::gemm::{self, Kernel, MatRef};
 
@@ -337,6 +337,183 @@ fn col2im_adds_each_gradient_where_its_patch_read() {
     }
 }
 
+/// The input gradient value by value in f64: `dx[input] += w[o, k] dy[n, o, i, j]` for
+/// every input value patch entry `k` of output position `(i, j)` read.
+fn direct_input_grad(s: &ConvShape, out: usize, w: &[f32], dy: &[f32]) -> Vec<f64> {
+    let [oh, ow] = s.out_size().unwrap();
+    let patch = s.patch();
+    let mut dx = vec![0f64; s.batch * s.sample()];
+    reads(s, |n, k, [i, j], input| {
+        for o in 0..out {
+            dx[input] += w[o * patch + k] as f64 * dy[((n * out + o) * oh + i) * ow + j] as f64;
+        }
+    });
+    dx
+}
+
+/// The input gradient of the samples `samples` by phases: each phase's columns of `dy`
+/// times its weight on the GEMM (f32), stored into `dx` (`[samples, channels, h, w]`).
+fn by_phases<D: CpuFloat>(
+    isa: Isa,
+    shape: &ConvShape,
+    out: usize,
+    (w, dy): (&[f32], &[f32]),
+    samples: core::ops::Range<usize>,
+    dx: &mut [D],
+) {
+    let kernel = Kernel::select(Isa::PORTABLE, Format::F32);
+    let phases = shape.grad_phases().unwrap();
+    let mut products = Vec::new();
+    for phase in &phases {
+        let (depth, width) = (phase.depth(out), samples.len() * phase.positions());
+        let mut wt = vec![0f32; shape.channels * depth];
+        phase.weight(shape, out, w, &mut wt).unwrap();
+        let mut cols = vec![0f32; depth * width];
+        phase
+            .columns(isa, shape, out, dy, samples.clone(), &mut cols)
+            .unwrap();
+        // A phase of depth 0 stores zeros over whatever its product holds.
+        let mut product = vec![f32::NAN; shape.channels * width];
+        if depth > 0 {
+            gemm::gemm(
+                kernel,
+                MatRef::row_major(&wt, shape.channels, depth).unwrap(),
+                MatRef::row_major(&cols, depth, width).unwrap(),
+                &mut product,
+            )
+            .unwrap();
+        }
+        products.push(product);
+    }
+    let products: Vec<&[f32]> = products.iter().map(|p| p.as_slice()).collect();
+    conv::store_phases(isa, shape, out, &phases, &products, dx).unwrap();
+}
+
+#[test]
+fn the_input_gradient_by_phases_is_the_direct_sum() {
+    // Every shape (strides past the kernel and the input, dilations, padding wider than
+    // the kernel's reach, 1-d) against the value-by-value sum; dx starts as NaNs, so a
+    // position no phase stores fails; the samples of a chunk are those samples' gradient.
+    for (shape, out) in shapes() {
+        let mut rng = Rng(23 + shape.patch() as u64);
+        let w: Vec<f32> = (0..out * shape.patch()).map(|_| rng.uniform()).collect();
+        let dy: Vec<f32> = (0..shape.batch * out * shape.positions())
+            .map(|_| rng.uniform())
+            .collect();
+        let want = direct_input_grad(&shape, out, &w, &dy);
+        for isa in Isa::available() {
+            let mut got = vec![f32::NAN; shape.batch * shape.sample()];
+            by_phases(isa, &shape, out, (&w, &dy), 0..shape.batch, &mut got);
+            let bound = 1e-5 * (shape.patch() * out) as f64;
+            for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (*g as f64 - e).abs() <= bound,
+                    "{shape:?} on {isa}: [{i}] {g} vs {e}"
+                );
+            }
+            let tail = 1..shape.batch;
+            let mut part = vec![f32::NAN; tail.len() * shape.sample()];
+            by_phases(isa, &shape, out, (&w, &dy), tail, &mut part);
+            assert_eq!(
+                part,
+                got[shape.sample()..],
+                "{shape:?} on {isa}: samples 1.."
+            );
+        }
+    }
+}
+
+#[test]
+fn phases_cover_every_input_position_and_every_kernel_entry_that_reads_once() {
+    for (shape, _) in shapes() {
+        let phases = shape.grad_phases().unwrap();
+        let [h, w] = shape.size;
+        let mut seen = vec![0u32; h * w];
+        for phase in &phases {
+            let ([ry, rx], [ph, pw]) = (phase.residue(), phase.size());
+            for t in 0..ph {
+                for u in 0..pw {
+                    seen[(ry + t * shape.stride[0]) * w + rx + u * shape.stride[1]] += 1;
+                }
+            }
+        }
+        assert!(seen.iter().all(|&v| v == 1), "{shape:?}: {seen:?}");
+        // The kernel entries that read an input value, from the value-by-value reads.
+        let mut entries = std::collections::BTreeSet::new();
+        reads(&shape, |n, k, _, _| {
+            if n == 0 && k < shape.kernel[0] * shape.kernel[1] {
+                entries.insert(k);
+            }
+        });
+        let taps: usize = phases.iter().map(|p| p.taps()[0] * p.taps()[1]).sum();
+        assert_eq!(taps, entries.len(), "{shape:?}");
+        assert_eq!(
+            phases[0].depth(3),
+            3 * phases[0].taps()[0] * phases[0].taps()[1]
+        );
+    }
+    // A 1x1 kernel of stride 2: three phases of four receive nothing.
+    let shape = ConvShape {
+        stride: [2, 2],
+        ..ConvShape::new(1, 1, [4, 4], [1, 1])
+    };
+    let depths: Vec<usize> = shape
+        .grad_phases()
+        .unwrap()
+        .iter()
+        .map(|p| p.depth(5))
+        .collect();
+    assert_eq!(depths, [5, 0, 0, 0]);
+}
+
+#[test]
+fn phase_columns_and_stores_in_another_format_are_the_f32_ones_rounded() {
+    use half::bf16;
+    for (shape, out) in shapes() {
+        let mut rng = Rng(29 + shape.patch() as u64);
+        let dy: Vec<f32> = (0..shape.batch * out * shape.positions())
+            .map(|_| rng.uniform())
+            .collect();
+        let dyb: Vec<bf16> = dy.iter().map(|&v| bf16::from_f32(v)).collect();
+        let round = |v: &[f32]| v.iter().map(|&v| bf16::from_f32(v)).collect::<Vec<_>>();
+        for isa in Isa::available() {
+            for phase in shape.grad_phases().unwrap() {
+                let n = phase.depth(out) * shape.batch * phase.positions();
+                let all = 0..shape.batch;
+                let mut want = vec![0f32; n];
+                phase
+                    .columns(isa, &shape, out, &dy, all.clone(), &mut want)
+                    .unwrap();
+                let mut from_f32 = vec![bf16::ZERO; n];
+                phase
+                    .columns(isa, &shape, out, &dy, all.clone(), &mut from_f32)
+                    .unwrap();
+                assert_eq!(from_f32, round(&want), "{shape:?} on {isa}: f32 to bf16");
+                let mut from_bf16 = vec![bf16::ZERO; n];
+                phase
+                    .columns(isa, &shape, out, &dyb, all.clone(), &mut from_bf16)
+                    .unwrap();
+                assert_eq!(from_bf16, from_f32, "{shape:?} on {isa}: bf16 to bf16");
+            }
+            // A store of every phase: bf16 is the f32 store rounded.
+            let phases = shape.grad_phases().unwrap();
+            let products: Vec<Vec<f32>> = phases
+                .iter()
+                .map(|p| {
+                    let m = shape.channels * shape.batch * p.positions();
+                    (0..m).map(|_| rng.uniform() * 3.0).collect()
+                })
+                .collect();
+            let products: Vec<&[f32]> = products.iter().map(|p| p.as_slice()).collect();
+            let mut wide = vec![0f32; shape.batch * shape.sample()];
+            conv::store_phases(isa, &shape, out, &phases, &products, &mut wide).unwrap();
+            let mut narrow = vec![bf16::ZERO; wide.len()];
+            conv::store_phases(isa, &shape, out, &phases, &products, &mut narrow).unwrap();
+            assert_eq!(narrow, round(&wide), "{shape:?} on {isa}: a bf16 store");
+        }
+    }
+}
+
 #[test]
 fn bad_geometry_and_lengths_are_typed_errors() {
     let big = ConvShape::new(1, 1, [2, 2], [3, 3]);
@@ -360,4 +537,41 @@ fn bad_geometry_and_lengths_are_typed_errors() {
         conv::im2col(Isa::detect(), &ok, &[0f32; 32], 1..3, &mut cols),
         Err(ConvError::Length { .. })
     ));
+    assert!(matches!(big.grad_phases(), Err(ConvError::Geometry { .. })));
+    // The phases' inputs and outputs are checked against the shapes.
+    let phase = &ok.grad_phases().unwrap()[0];
+    let (dy, mut cols) = (vec![0f32; 2 * 3 * 9], vec![0f32; phase.depth(3) * 16]);
+    for (from, samples, at) in [(1, 0..1, 0), (0, 1..3, 0), (0, 0..2, 1)] {
+        let got = phase.columns(Isa::detect(), &ok, 3, &dy[from..], samples, &mut cols[at..]);
+        assert!(matches!(got, Err(ConvError::Length { .. })), "{got:?}");
+    }
+    assert!(
+        phase
+            .columns(Isa::detect(), &ok, 3, &dy, 0..1, &mut cols)
+            .is_ok()
+    );
+    let mut wt = vec![0f32; phase.depth(3)];
+    let weight = vec![0f32; 3 * 4];
+    assert!(phase.weight(&ok, 3, &weight[1..], &mut wt).is_err());
+    assert!(phase.weight(&ok, 3, &weight, &mut wt[1..]).is_err());
+    let phases = ok.grad_phases().unwrap();
+    let store = |products: &[&[f32]], dx: &mut [f32], phases: &[conv::GradPhase]| {
+        conv::store_phases(Isa::detect(), &ok, 3, phases, products, dx)
+    };
+    let mut dx = vec![0f32; 16];
+    let (short, whole) = ([0f32; 15], [0f32; 16]);
+    assert!(store(&[&short], &mut dx, &phases).is_err());
+    assert!(store(&[&whole], &mut dx[1..], &phases).is_err());
+    assert!(store(&[&whole, &whole], &mut dx, &phases).is_err());
+    let others = ConvShape {
+        stride: [2, 1],
+        ..ok
+    }
+    .grad_phases()
+    .unwrap();
+    assert_eq!(
+        store(&[&whole], &mut dx, &others[..1]),
+        Err(ConvError::Phases)
+    );
+    assert!(store(&[&whole], &mut dx, &phases).is_ok());
 }

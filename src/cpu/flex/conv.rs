@@ -1,12 +1,13 @@
 //! 1-d and 2-d convolutions (one group) on Flex through the CPU GEMM: `im2col` of a chunk
 //! of the batch in the compute format, `weight x cols` with the bias added to the f32
 //! sums, the result in the dtype asked for; and the gradients, each in its operand's dtype
-//! (an f32 weight's summed over the batch in f32, written in f32).
+//! (an f32 weight's summed over the batch in f32, written in f32; the input's a product per
+//! phase of the stride, from the output gradient's columns).
 
 use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::cast::{self, CpuFloat, Format};
-use burn_amp_kernels::cpu::conv::{self, ConvShape};
+use burn_amp_kernels::cpu::conv::{self, ConvShape, GradPhase};
 use core::cell::Cell;
 use core::ops::Range;
 
@@ -311,6 +312,8 @@ impl ConvPlan {
         let (k, oc) = (self.shape.patch(), self.out_channels);
         let weight = rounded::<W, F>(kernel.isa(), weight);
         let weight = weight.as_slice();
+        let phases = dx.is_some().then(|| self.phase_weights(weight));
+        let phases = phases.as_ref();
         let split = self.split();
         // Each run's input gradient is its own slice of dx.
         let parts: Vec<Option<InputGradPart>> = match dx {
@@ -329,8 +332,8 @@ impl ConvPlan {
                 let at =
                     (chunk.start - samples.start) * sample..(chunk.end - samples.start) * sample;
                 let dx = dx.as_mut().map(|dx| (dx, at));
-                let operands = (x, weight, dy);
-                self.backward_chunk::<X, F, G, F>(
+                let operands = (x, phases, dy);
+                self.backward_chunk::<X, F, G>(
                     kernel,
                     split.threads,
                     operands,
@@ -362,20 +365,39 @@ impl ConvPlan {
         [dw, db]
     }
 
-    /// The gradients of the samples `samples`: their input gradient into `dx`, their weight
+    /// The input gradient's phases, each with its weight in the compute format `F` (from
+    /// the weight already rounded to it: a copy).
+    fn phase_weights<F: CpuFloat>(&self, weight: &[F]) -> PhaseWeights<F> {
+        let oc = self.out_channels;
+        let phases = self.shape.grad_phases().expect("checked by the plan");
+        let weights = phases
+            .iter()
+            .map(|phase| {
+                let mut wt = vec![F::default(); self.shape.channels * phase.depth(oc)];
+                phase
+                    .weight(&self.shape, oc, weight, &mut wt)
+                    .expect("a weight of out x patch values");
+                wt
+            })
+            .collect();
+        PhaseWeights { phases, weights }
+    }
+
+    /// The gradients of the samples `samples`: their input gradient into `dx` (a product
+    /// per phase of the input gradient, from the phases' weights `phases`), their weight
     /// and bias gradients added to `sums`.
     #[allow(clippy::too_many_arguments)]
-    fn backward_chunk<X: CpuFloat, W: CpuFloat, G: CpuFloat + Pod, F: CpuFloat + Pod>(
+    fn backward_chunk<X: CpuFloat, F: CpuFloat + Pod, G: CpuFloat + Pod>(
         &self,
         kernel: Kernel,
         threads: Threads,
-        (x, weight, dy): (&[X], &[W], &[G]),
+        (x, phases, dy_all): (&[X], Option<&PhaseWeights<F>>, &[G]),
         samples: Range<usize>,
         dx: Option<(&mut InputGradPart, Range<usize>)>,
         sums: &mut Sums,
         bufs: &mut Buffers,
     ) {
-        let [g_buf, cols_buf, dcols_buf, part_buf, stage_buf] = &mut bufs.0;
+        let [g_buf, cols_buf, product_buf, part_buf] = &mut bufs.0;
         let isa = kernel.isa();
         let (k, l, oc) = (
             self.shape.patch(),
@@ -383,10 +405,9 @@ impl ConvPlan {
             self.out_channels,
         );
         let count = samples.len();
-        let w = MatRef::row_major(weight, oc, k).expect("a weight of out x patch values");
         // The chunk's output gradient as [out, samples * positions]: one sample's is its
         // slice of dy, several are permuted.
-        let dy = &dy[samples.start * oc * l..samples.end * oc * l];
+        let dy = &dy_all[samples.start * oc * l..samples.end * oc * l];
         let g: &[G] = if count == 1 {
             dy
         } else {
@@ -413,26 +434,33 @@ impl ConvPlan {
                 .expect("k x out");
             dw.iter_mut().zip(part.iter()).for_each(|(a, p)| *a += p);
         }
-        if let Some((dx, at)) = dx {
-            let dcols = grown::<f32>(dcols_buf, k * count * l);
-            gemm::gemm_on::<_, _, f32, _>(threads, kernel, w.transpose(), gm, None, dcols)
-                .expect("k x positions");
-            // An f32 gradient is summed in place; another is summed in the thread's f32
-            // staging buffer (a chunk's, in its caches) and stored converted.
-            let col2im = |dst: &mut [f32]| {
-                // Written before col2im reads it (a fresh page read first maps the shared
-                // zero page, and the write after it flushes every core's TLB).
-                dst.fill(0.0);
-                conv::col2im(&self.shape, dcols, samples, dst).expect("checked by the plan");
-            };
-            match dx {
-                InputGradPart::F32(dst) => col2im(&mut dst[at]),
-                dx => {
-                    let stage = grown::<f32>(stage_buf, at.len());
-                    col2im(stage);
-                    dx.store(isa, at, stage);
+        if let (Some((dx, at)), Some(pw)) = (dx, phases) {
+            // Each phase's positions from dy's columns at stride 1 in the compute format, in
+            // place of weight^T g (a column gradient `patch` times dy's size, in f32) summed
+            // into a cleared dx by col2im: about a third of a small CNN's step on a 2-core
+            // Xeon went to that sum, its clearing and the input gradient's rounding.
+            let c = self.shape.channels;
+            let widths: Vec<usize> = pw.phases.iter().map(|p| count * p.positions()).collect();
+            let all = grown::<f32>(product_buf, c * widths.iter().sum::<usize>());
+            let mut rest = &mut all[..];
+            let mut products: Vec<&[f32]> = Vec::with_capacity(widths.len());
+            for ((phase, wt), &width) in pw.phases.iter().zip(&pw.weights).zip(&widths) {
+                let (product, tail) = core::mem::take(&mut rest).split_at_mut(c * width);
+                rest = tail;
+                let depth = phase.depth(oc);
+                if depth > 0 {
+                    let cols = grown::<F>(cols_buf, depth * width);
+                    phase
+                        .columns(isa, &self.shape, oc, dy_all, samples.clone(), cols)
+                        .expect("checked by the plan");
+                    let a = MatRef::row_major(wt, c, depth).expect("channels x depth");
+                    let b = MatRef::row_major(cols, depth, width).expect("depth x positions");
+                    gemm::gemm_on::<_, _, f32, _>(threads, kernel, a, b, None, product)
+                        .expect("channels x positions");
                 }
+                products.push(product);
             }
+            dx.store(isa, &self.shape, oc, &pw.phases, &products, at);
         }
         if let Some(db) = sums.db.as_mut() {
             // Each channel's row summed where it lies, in lanes (one running sum waited on
@@ -568,18 +596,30 @@ impl InputGrad {
 }
 
 impl InputGradPart<'_> {
-    /// Stores the f32 values `src` at `at`, converted.
-    fn store(&mut self, isa: Isa, at: Range<usize>, src: &[f32]) {
+    /// Stores the phases' products (f32) at their positions of the slice `at`, rounded.
+    fn store(
+        &mut self,
+        isa: Isa,
+        shape: &ConvShape,
+        out_channels: usize,
+        phases: &[GradPhase],
+        products: &[&[f32]],
+        at: Range<usize>,
+    ) {
+        let (oc, p) = (out_channels, products);
         let stored = match self {
-            InputGradPart::F32(v) => {
-                v[at].copy_from_slice(src);
-                Ok(())
-            }
-            InputGradPart::Bf16(v) => cast::convert(isa, src, &mut v[at]),
-            InputGradPart::F16(v) => cast::convert(isa, src, &mut v[at]),
+            InputGradPart::F32(v) => conv::store_phases(isa, shape, oc, phases, p, &mut v[at]),
+            InputGradPart::Bf16(v) => conv::store_phases(isa, shape, oc, phases, p, &mut v[at]),
+            InputGradPart::F16(v) => conv::store_phases(isa, shape, oc, phases, p, &mut v[at]),
         };
         stored.expect("a chunk's values");
     }
+}
+
+/// The input gradient's phases and each one's weight `[channels, depth]`.
+struct PhaseWeights<F> {
+    phases: Vec<GradPhase>,
+    weights: Vec<Vec<F>>,
 }
 
 /// A thread's buffers for its chunks (columns, products, gradients), kept between calls:
@@ -587,7 +627,7 @@ impl InputGradPart<'_> {
 /// convolution (an unmap interrupts every core to flush its TLB). They hold what the
 /// largest chunk the thread has run needed.
 #[derive(Default)]
-struct Buffers([Vec<u32>; 5]);
+struct Buffers([Vec<u32>; 4]);
 
 thread_local! {
     /// Why a thread-local: per-thread scratch reused by every convolution the thread runs

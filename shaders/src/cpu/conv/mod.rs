@@ -2,7 +2,10 @@
 //! receptive field out as a column, so the convolution is `weight [out, patch] x cols
 //! [patch, positions]` on the [`gemm`](super::gemm) kernels, which round the operands to
 //! the compute format while packing; `col2im` is its adjoint, which sums a column gradient
-//! back into the input's. A 1-d convolution is the 2-d one with a height of 1.
+//! back into the input's. The input gradient is also a product per phase of the stride
+//! ([`ConvShape::grad_phases`], [`store_phases`]): `dy`'s columns at stride 1 times the
+//! phase's kernel taps, without a column gradient to sum. A 1-d convolution is the 2-d one
+//! with a height of 1.
 //!
 //! The columns of several samples sit side by side (`cols[k, n * positions + p]`), so one
 //! product covers a chunk of the batch; a caller bounds the chunk to keep `cols` small.
@@ -27,7 +30,9 @@ use super::Isa;
 use super::cast::{self, CpuFloat};
 use super::erased::{Floats, FloatsMut, typed, typed_mut};
 
+mod input_grad;
 mod phases;
+pub use input_grad::{GradPhase, store_phases};
 use phases::Phases;
 
 /// Values one job of `im2col` or `col2im` copies at least: rows (or planes) go to rayon's
@@ -67,6 +72,9 @@ pub enum ConvError {
         /// Which size.
         what: &'static str,
     },
+    /// The phases given are not the shape's [`ConvShape::grad_phases`].
+    #[error("the input gradient's phases are not those of the convolution's shape")]
+    Phases,
     /// A slice does not hold what the shape and the samples imply.
     #[error("{what}: {expected} values expected, {got} given")]
     Length {
