@@ -329,7 +329,25 @@ pub fn store_phases<D: CpuFloat>(
     products: &[&[f32]],
     dx: &mut [D],
 ) -> Result<(), ConvError> {
-    let dx = D::floats_mut(dx);
+    store_erased(
+        isa,
+        shape,
+        out_channels,
+        phases,
+        products,
+        D::floats_mut(dx),
+    )
+}
+
+/// [`store_phases`] for any type: not generic, so compiled here (`erased`).
+fn store_erased(
+    isa: Isa,
+    shape: &ConvShape,
+    out_channels: usize,
+    phases: &[GradPhase],
+    products: &[&[f32]],
+    dx: FloatsMut<'_>,
+) -> Result<(), ConvError> {
     typed_mut!(dx, |dx| store_typed(
         isa,
         shape,
