@@ -535,6 +535,42 @@ fn step_goal(policy: &str, workload: Workload) -> f64 {
 
 /// Training steps of each mixed policy against float32 (bare `Autodiff<Flex>`), with and
 /// without burn-amp's kernels, by phase, both sides training with `opt`.
+/// One workload's step under `policy` (default `mixed_bfloat16`) against the bare float32
+/// step, FusedAdamW on both, timed alternately by phase as in the step tables (`bench
+/// --profile NAME --pair`: one table row in seconds, to compare two builds); written
+/// nowhere.
+pub fn pair(workload: Workload, runs: usize, policy: Option<&str>) -> String {
+    type B = Autodiff<Flex>;
+    let device = Default::default();
+    let spec = policy.unwrap_or("mixed_bfloat16");
+    let policy: Policy = spec.parse().expect("checked by the caller");
+    let mut base = bare_with::<B>(workload, &device, Opt::FusedAdam);
+    MixedPrecision::<B>::set_policy(&device, policy).expect("a policy Flex runs");
+    let mut step = mixed_with::<B>(workload, &device, Opt::FusedAdam);
+    let (b, m) = time_pair_phases(1, runs, || base.phases(), || step.phases());
+    drop(step);
+    MixedPrecision::<B>::clear_policy(&device);
+    let ms = |s: &Summary| format!("{:.2}", s.median * 1e3);
+    let row = |name: &str, p: &Phases| {
+        format!(
+            "| {name} | {} | {} | {} | {} ({:.2}-{:.2}) |\n",
+            ms(&p.forward),
+            ms(&p.backward),
+            ms(&p.optimizer),
+            ms(&p.total),
+            p.total.min * 1e3,
+            p.total.max * 1e3
+        )
+    };
+    format!(
+        "\n**{}**, FusedAdamW (Flex; ms, median of {runs}, alternately):\n\n\
+         | Policy | Forward | Backward | Optimizer | Step |\n|---|---|---|---|---|\n{}{}",
+        workload.describe(),
+        row("float32 (bare Autodiff<Flex>)", &b),
+        row(spec, &m)
+    )
+}
+
 fn steps(
     workload: Workload,
     runs: usize,

@@ -40,12 +40,13 @@ fn progress(msg: &str) {
 fn main() {
     let (mut quick, mut out, mut only) = (false, None, None);
     let (mut threads, mut scaling, mut profile, mut policy) = (None, false, None, None);
+    let mut pair = false;
     let mut python = "python3".to_string();
     let mut args = std::env::args().skip(1);
     let usage = || -> ! {
         eprintln!(
             "usage: bench [--quick] [--out FILE] [--only cpu|wgpu|cuda] [--python PATH] \
-             [--threads N] [--scaling] [--profile encoder|cnn|gpt|mlp|stack [--policy SPEC]]"
+             [--threads N] [--scaling] [--profile encoder|cnn|gpt|mlp|stack [--policy SPEC] [--pair]]"
         );
         std::process::exit(2);
     };
@@ -62,6 +63,7 @@ fn main() {
             ("--scaling", _) => scaling = true,
             ("--profile", _) => profile = args.next(),
             ("--policy", _) => policy = args.next(),
+            ("--pair", _) => pair = true,
             _ => usage(),
         }
     }
@@ -155,6 +157,10 @@ fn main() {
             std::process::exit(2);
         }
         let runs = if quick { 1 } else { 20 };
+        if pair {
+            print!("{}", cpu::pair(workload, runs, policy.as_deref()));
+            return;
+        }
         print!("{}", profile::one(workload, runs, policy.as_deref()));
         return;
     }

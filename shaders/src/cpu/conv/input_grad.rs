@@ -9,6 +9,7 @@ use super::{ConvError, ConvShape, check_len, inside_rows, product, rows_per_job,
 use crate::cpu::Isa;
 use crate::cpu::cast::{self, CpuFloat};
 use crate::cpu::erased::{Floats, FloatsMut, typed, typed_mut};
+use crate::cpu::multiversion::multiversion;
 
 /// One kernel entry along an axis that a phase's input positions receive from: output
 /// coordinate `t + offset` for phase coordinate `t`.
@@ -409,10 +410,8 @@ fn store_typed<D: CpuFloat>(
                 let lines_per_stage = buf.len() / w;
                 for (s, out) in dst.chunks_mut(lines_per_stage * w).enumerate() {
                     let staged = &mut buf[..out.len()];
-                    for (l, seg) in staged.chunks_exact_mut(w).enumerate() {
-                        let iy = s * lines_per_stage + l;
-                        gather_line((sx, nx), iy / sy, (iy % sy) * nx, &line, seg);
-                    }
+                    let first = s * lines_per_stage;
+                    gather_lines(isa, &line, [sy, sx], nx, w, first, staged);
                     cast::convert_block(isa, staged, out);
                 }
             },
@@ -437,6 +436,30 @@ impl<'a> Lines<'a> {
         let [_, pw] = phase.size;
         let at = self.first * phase.positions() + t * pw;
         (phase.depth(self.out_channels) > 0).then(|| &self.products[i][at..][..pw])
+    }
+}
+
+multiversion! {
+    /// The input lines `first..` of one plane gathered from its phases' lines into
+    /// `staged` (whole lines of `w`), the stride `[sy, sx]`'s phases of a row `nx` apart
+    /// (`nx`: the column stride or the width, the smaller).
+    fn gather_lines(
+        lines: &Lines<'_>,
+        stride: [usize; 2],
+        nx: usize,
+        w: usize,
+        first: usize,
+        staged: &mut [f32],
+    ) {
+        let [sy, sx] = stride;
+        let (mut t, mut ry) = (first / sy, first % sy);
+        for seg in staged.chunks_exact_mut(w) {
+            gather_line((sx, nx), t, ry * nx, lines, seg);
+            ry += 1;
+            if ry == sy {
+                (t, ry) = (t + 1, 0);
+            }
+        }
     }
 }
 

@@ -279,7 +279,7 @@ fn im2col_typed<S: CpuFloat, D: CpuFloat>(
         return Ok(());
     }
     if let Some(phases) = Phases::of(shape, [oh, ow]) {
-        let planes = phases.split(shape, x, samples);
+        let planes = phases.split(isa, shape, x, samples);
         cols.par_chunks_mut(width)
             .enumerate()
             .with_min_len(rows_per_job(width))

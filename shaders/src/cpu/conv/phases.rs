@@ -14,7 +14,8 @@ use rayon::prelude::*;
 
 use super::{ConvShape, rows_per_job, shifted_run, strided_copy};
 use crate::cpu::Isa;
-use crate::cpu::cast::{self, CpuFloat};
+use crate::cpu::cast::{self, CpuFloat, Format};
+use crate::cpu::multiversion::multiversion;
 
 /// The phase planes of a strided convolution whose output is as wide as them.
 pub(super) struct Phases {
@@ -53,6 +54,7 @@ impl Phases {
     /// channels, h, w]`): `[samples, channels, sy, sx, ph, pw]`, in `x`'s type.
     pub(super) fn split<S: CpuFloat>(
         &self,
+        isa: Isa,
         shape: &ConvShape,
         x: &[S],
         samples: Range<usize>,
@@ -66,31 +68,30 @@ impl Phases {
             .par_chunks_mut(per)
             .enumerate()
             .with_min_len(rows_per_job(per))
-            .for_each(|(p, out)| self.split_plane([h, w], &x[(first + p) * h * w..][..h * w], out));
+            .for_each(|(p, out)| {
+                self.split_plane(isa, [h, w], &x[(first + p) * h * w..][..h * w], out)
+            });
         phases
     }
 
     /// One input plane `src` (`h x w`) into its phase planes `out`.
-    fn split_plane<S: Copy>(&self, [_, w]: [usize; 2], src: &[S], out: &mut [S]) {
+    fn split_plane<S: CpuFloat>(&self, isa: Isa, [_, w]: [usize; 2], src: &[S], out: &mut [S]) {
         let [sy, sx] = self.stride;
+        if sx == 2 && w > 1 {
+            // Both column phases of a line in one pass over its pairs, on the values' bits.
+            let (src, size) = (src, self.size);
+            match S::FORMAT {
+                Format::F32 => {
+                    split_pairs_32(isa, cast::bits(src), w, sy, size, cast::bits_mut(out))
+                }
+                _ => split_pairs_16(isa, cast::bits(src), w, sy, size, cast::bits_mut(out)),
+            }
+            return;
+        }
         let [ph, pw] = self.size;
         for (iy, line) in src.chunks_exact(w).enumerate() {
             let (ry, y) = (iy % sy, iy / sy);
             let at = |rx: usize| ((ry * sx + rx) * ph + y) * pw;
-            if sx == 2 && w > 1 {
-                // Both phases in one pass over the line's pairs.
-                let (left, right) = out.split_at_mut(at(1));
-                let (even, odd) = (&mut left[at(0)..][..pw], &mut right[..w / 2]);
-                let pairs = line.chunks_exact(2);
-                if let Some(&v) = pairs.remainder().first() {
-                    even[pw - 1] = v;
-                }
-                for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(pairs) {
-                    *e = pair[0];
-                    *o = pair[1];
-                }
-                continue;
-            }
             for rx in 0..sx.min(w) {
                 let dst = &mut out[at(rx)..][..(w - rx).div_ceil(sx)];
                 strided_copy(dst, &line[rx..], sx, |v| *v);
@@ -146,5 +147,44 @@ impl Phases {
             let lo = back.min(hi);
             (back * s - (p - shift), lo..hi, 0)
         }
+    }
+}
+
+/// The phase planes of one input plane `src` (lines of `w`, `w >= 2`) at column stride 2
+/// and row stride `sy`, phase planes `[ph, pw]`: line `iy`'s even columns to phase
+/// `(iy % sy, 0)`, its odd ones to `(iy % sy, 1)`, both at line `iy / sy`.
+#[inline(always)]
+fn split_pairs<T: Copy>(src: &[T], w: usize, sy: usize, [ph, pw]: [usize; 2], out: &mut [T]) {
+    let (mut ry, mut y) = (0, 0);
+    for line in src.chunks_exact(w) {
+        let at = |rx: usize| ((ry * 2 + rx) * ph + y) * pw;
+        let (left, right) = out.split_at_mut(at(1));
+        let (even, odd) = (&mut left[at(0)..][..pw], &mut right[..w / 2]);
+        let pairs = line.chunks_exact(2);
+        if let Some(&v) = pairs.remainder().first() {
+            even[pw - 1] = v;
+        }
+        for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(pairs) {
+            *e = pair[0];
+            *o = pair[1];
+        }
+        ry += 1;
+        if ry == sy {
+            (ry, y) = (0, y + 1);
+        }
+    }
+}
+
+multiversion! {
+    /// [`split_pairs`] on 32-bit values.
+    fn split_pairs_32(src: &[u32], w: usize, sy: usize, size: [usize; 2], out: &mut [u32]) {
+        split_pairs(src, w, sy, size, out)
+    }
+}
+
+multiversion! {
+    /// [`split_pairs`] on 16-bit values.
+    fn split_pairs_16(src: &[u16], w: usize, sy: usize, size: [usize; 2], out: &mut [u16]) {
+        split_pairs(src, w, sy, size, out)
     }
 }
