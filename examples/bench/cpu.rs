@@ -533,8 +533,6 @@ fn step_goal(policy: &str, workload: Workload) -> f64 {
     }
 }
 
-/// Training steps of each mixed policy against float32 (bare `Autodiff<Flex>`), with and
-/// without burn-amp's kernels, by phase, both sides training with `opt`.
 /// One workload's step under `policy` (default `mixed_bfloat16`) against the bare float32
 /// step, FusedAdamW on both, timed alternately by phase as in the step tables (`bench
 /// --profile NAME --pair`: one table row in seconds, to compare two builds); written
@@ -571,6 +569,8 @@ pub fn pair(workload: Workload, runs: usize, policy: Option<&str>) -> String {
     )
 }
 
+/// Training steps of each mixed policy against float32 (bare `Autodiff<Flex>`), with and
+/// without burn-amp's kernels, by phase, both sides training with `opt`.
 fn steps(
     workload: Workload,
     runs: usize,

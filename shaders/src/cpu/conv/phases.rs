@@ -79,7 +79,7 @@ impl Phases {
         let [sy, sx] = self.stride;
         if sx == 2 && w > 1 {
             // Both column phases of a line in one pass over its pairs, on the values' bits.
-            let (src, size) = (src, self.size);
+            let size = self.size;
             match S::FORMAT {
                 Format::F32 => {
                     split_pairs_32(isa, cast::bits(src), w, sy, size, cast::bits_mut(out))
