@@ -604,6 +604,64 @@ fn bad_lengths_are_typed_errors() {
     ));
 }
 
+/// ReLU and its gradient with one 16-bit format in and out (computed on the bits) against
+/// the same values through the f32 path (an f32 output, narrowed back: exact here), on every
+/// instruction set, specials included.
+fn relu_on_the_bits_matches_the_f32_path<T: Bits>() {
+    let n = 70_001;
+    let x = narrow::<T>(&awkward(n, 4.0, 5));
+    let g = narrow::<T>(&awkward(n, 1.0, 6));
+    let y = same_bits_everywhere("relu on bits", |isa| {
+        let mut y = vec![T::default(); n];
+        nn::relu(isa, &x, &mut y).unwrap();
+        y
+    });
+    let mut wide_y = vec![0f32; n];
+    nn::relu(Isa::detect(), &x, &mut wide_y).unwrap();
+    let dx = same_bits_everywhere("relu backward on bits", |isa| {
+        let mut dx = vec![T::default(); n];
+        nn::relu_backward(isa, &y, &g, &mut dx).unwrap();
+        dx
+    });
+    let mut wide_dx = vec![0f32; n];
+    nn::relu_backward(Isa::detect(), &y, &g, &mut wide_dx).unwrap();
+    let (mut negatives, mut passed, mut nans) = (0, 0, 0);
+    for i in 0..n {
+        let (yi, want) = (y[i].to_f32(), wide_y[i]);
+        if want.is_nan() {
+            assert!(yi.is_nan(), "relu({}) = {yi}, not NaN", x[i].to_f32());
+            nans += 1;
+        } else {
+            assert_eq!(yi.to_bits(), want.to_bits(), "relu({})", x[i].to_f32());
+        }
+        negatives += usize::from(x[i].to_f32() < 0.0);
+        let (d, want) = (dx[i].to_f32(), wide_dx[i]);
+        if want.is_nan() {
+            assert!(d.is_nan(), "relu'({yi}) * NaN = {d}");
+        } else {
+            assert_eq!(
+                d.to_bits(),
+                want.to_bits(),
+                "relu'({yi}) * {}",
+                g[i].to_f32()
+            );
+        }
+        passed += usize::from(yi > 0.0);
+    }
+    // The inputs reach every case: negatives cleared, positives passed, NaN kept.
+    assert!(negatives > n / 4 && passed > n / 4 && nans > 0);
+}
+
+#[test]
+fn relu_on_bf16_bits_matches_the_f32_path() {
+    relu_on_the_bits_matches_the_f32_path::<bf16>();
+}
+
+#[test]
+fn relu_on_f16_bits_matches_the_f32_path() {
+    relu_on_the_bits_matches_the_f32_path::<f16>();
+}
+
 #[test]
 fn relu_and_its_gradient_are_exact_on_every_isa() {
     let n = 70_001;

@@ -1,13 +1,17 @@
 //! The activations: GELU, `x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))` (the exact form, as
 //! Burn's and PyTorch's default), with its derivative `Phi(x) + x phi(x)`; and ReLU, whose
-//! backward pass passes the gradient where the output is positive (Burn's rule).
+//! backward pass passes the gradient where the output is positive (Burn's rule). ReLU has
+//! no arithmetic: with one 16-bit format in and out, it and its gradient run on the bits
+//! (the same values as the f32 path, neither widened nor rounded).
+
+use rayon::prelude::*;
 
 use crate::cpu::Isa;
-use crate::cpu::cast::CpuFloat;
+use crate::cpu::cast::{self, CpuFloat, Format};
 use crate::cpu::multiversion::multiversion;
 
 use super::math::{erf, exp};
-use super::{NnError, check, map_binary, map_unary};
+use super::{CHUNK, NnError, check, map_binary, map_unary};
 
 const FRAC_1_SQRT_2: f32 = core::f32::consts::FRAC_1_SQRT_2;
 /// `1 / sqrt(2 pi)`.
@@ -80,7 +84,14 @@ multiversion! {
 /// [`NnError::Length`] when `y` is not as long as `x`.
 pub fn relu<I: CpuFloat, O: CpuFloat>(isa: Isa, x: &[I], y: &mut [O]) -> Result<(), NnError> {
     check("relu output", x.len(), y.len())?;
-    map_unary(isa, x, y, |b| relu_f32(isa, b));
+    match half_infinity(I::FORMAT, O::FORMAT) {
+        // One 16-bit format in and out: the bits, neither widened nor rounded.
+        Some(inf) => cast::bits::<I, u16>(x)
+            .par_chunks(CHUNK)
+            .zip(cast::bits_mut::<O, u16>(y).par_chunks_mut(CHUNK))
+            .for_each(|(x, y)| relu_bits(isa, x, y, inf)),
+        None => map_unary(isa, x, y, |b| relu_f32(isa, b)),
+    }
     Ok(())
 }
 
@@ -96,6 +107,51 @@ pub fn relu_backward<Y: CpuFloat, G: CpuFloat, O: CpuFloat>(
 ) -> Result<(), NnError> {
     check("relu gradient", y.len(), grad.len())?;
     check("relu input gradient", y.len(), dx.len())?;
-    map_binary(isa, y, grad, dx, |y, g| relu_backward_f32(isa, y, g));
+    match (
+        half_infinity(Y::FORMAT, G::FORMAT),
+        half_infinity(G::FORMAT, O::FORMAT),
+    ) {
+        // One 16-bit format for all three: the gradient's bits passed or cleared.
+        (Some(inf), Some(_)) => cast::bits::<Y, u16>(y)
+            .par_chunks(CHUNK)
+            .zip(cast::bits::<G, u16>(grad).par_chunks(CHUNK))
+            .zip(cast::bits_mut::<O, u16>(dx).par_chunks_mut(CHUNK))
+            .for_each(|((y, g), dx)| relu_backward_bits(isa, y, g, dx, inf)),
+        _ => map_binary(isa, y, grad, dx, |y, g| relu_backward_f32(isa, y, g)),
+    }
     Ok(())
+}
+
+/// The bits of +infinity where `a` and `b` are one 16-bit format; `None` otherwise (f32, or
+/// two formats, take the f32 path).
+fn half_infinity(a: Format, b: Format) -> Option<u16> {
+    match (a, b) {
+        (Format::Bf16, Format::Bf16) => Some(0x7f80),
+        (Format::F16, Format::F16) => Some(0x7c00),
+        _ => None,
+    }
+}
+
+multiversion! {
+    /// [`relu_f32`] on the bits of a 16-bit format whose +infinity is `inf`: a value with
+    /// its sign set, neither -0 nor NaN (magnitude in `1..=inf`), becomes +0.
+    fn relu_bits(x: &[u16], y: &mut [u16], inf: u16) {
+        for (x, y) in x.iter().zip(y) {
+            let magnitude = x & 0x7fff;
+            let negative = (x & 0x8000 != 0) & (magnitude != 0) & (magnitude <= inf);
+            // A mask, not a branch: signs at random mispredict one.
+            *y = x & u16::from(negative).wrapping_sub(1);
+        }
+    }
+}
+
+multiversion! {
+    /// [`relu_backward_f32`] on the bits of a 16-bit format whose +infinity is `inf`: `g`
+    /// where `y` is positive (its sign clear, not 0, not NaN), else +0.
+    fn relu_backward_bits(y: &[u16], g: &[u16], dx: &mut [u16], inf: u16) {
+        for ((y, g), dx) in y.iter().zip(g).zip(dx) {
+            let positive = (*y != 0) & (*y <= inf);
+            *dx = g & u16::from(positive).wrapping_neg();
+        }
+    }
 }
