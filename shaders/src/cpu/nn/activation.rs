@@ -107,17 +107,14 @@ pub fn relu_backward<Y: CpuFloat, G: CpuFloat, O: CpuFloat>(
 ) -> Result<(), NnError> {
     check("relu gradient", y.len(), grad.len())?;
     check("relu input gradient", y.len(), dx.len())?;
-    match (
-        half_infinity(Y::FORMAT, G::FORMAT),
-        half_infinity(G::FORMAT, O::FORMAT),
-    ) {
+    match half_infinity(Y::FORMAT, G::FORMAT).filter(|_| G::FORMAT == O::FORMAT) {
         // One 16-bit format for all three: the gradient's bits passed or cleared.
-        (Some(inf), Some(_)) => cast::bits::<Y, u16>(y)
+        Some(inf) => cast::bits::<Y, u16>(y)
             .par_chunks(CHUNK)
             .zip(cast::bits::<G, u16>(grad).par_chunks(CHUNK))
             .zip(cast::bits_mut::<O, u16>(dx).par_chunks_mut(CHUNK))
             .for_each(|((y, g), dx)| relu_backward_bits(isa, y, g, dx, inf)),
-        _ => map_binary(isa, y, grad, dx, |y, g| relu_backward_f32(isa, y, g)),
+        None => map_binary(isa, y, grad, dx, |y, g| relu_backward_f32(isa, y, g)),
     }
     Ok(())
 }
@@ -126,8 +123,8 @@ pub fn relu_backward<Y: CpuFloat, G: CpuFloat, O: CpuFloat>(
 /// two formats, take the f32 path).
 fn half_infinity(a: Format, b: Format) -> Option<u16> {
     match (a, b) {
-        (Format::Bf16, Format::Bf16) => Some(0x7f80),
-        (Format::F16, Format::F16) => Some(0x7c00),
+        (Format::Bf16, Format::Bf16) => Some(half::bf16::INFINITY.to_bits()),
+        (Format::F16, Format::F16) => Some(half::f16::INFINITY.to_bits()),
         _ => None,
     }
 }
