@@ -5,7 +5,9 @@ use core::ops::Range;
 
 use rayon::prelude::*;
 
-use super::{ConvError, ConvShape, check_len, inside_rows, product, rows_per_job, shifted_run};
+use super::{
+    ConvError, ConvShape, check_len, clear_padding, inside_rows, product, rows_per_job, shifted_run,
+};
 use crate::cpu::Isa;
 use crate::cpu::cast::{self, CpuFloat};
 use crate::cpu::erased::{Floats, FloatsMut, typed, typed_mut};
@@ -305,8 +307,7 @@ impl GradPhase {
         let inside = inside_rows(out, &ys, pw, zero);
         for (n, seg) in inside.chunks_exact_mut(pw).enumerate() {
             let line = &src[(y0 + n) * ow..][..ow];
-            seg[..xs.start].iter_mut().for_each(|v| *v = zero);
-            seg[xs.end..].iter_mut().for_each(|v| *v = zero);
+            clear_padding(seg, &xs, zero);
             cast::convert_block(isa, &line[x0..][..xs.len()], &mut seg[xs.clone()]);
         }
     }

@@ -327,9 +327,7 @@ fn im2col_row<S: CpuFloat, D: CpuFloat>(
             let inside = inside_rows(out, &ys, ow, zero);
             for (n, seg) in inside.chunks_exact_mut(ow).enumerate() {
                 let line = &plane[(y0 + n * sy) * w..][..w];
-                // A column or two of padding: stores, not a call to `memset`.
-                seg[..xs.start].iter_mut().for_each(|v| *v = zero);
-                seg[xs.end..].iter_mut().for_each(|v| *v = zero);
+                clear_padding(seg, &xs, zero);
                 strided_copy(&mut seg[xs.clone()], &line[x0..], sx, |v| *v);
             }
         }
@@ -347,8 +345,7 @@ fn im2col_row<S: CpuFloat, D: CpuFloat>(
                 None => seg.fill(0.0),
                 Some(iy) => {
                     let line = &plane[iy * w..][..w];
-                    seg[..xs.start].fill(0.0);
-                    seg[xs.end..].fill(0.0);
+                    clear_padding(seg, &xs, 0.0);
                     strided_copy(&mut seg[xs.clone()], &line[x0..], sx, |v| v.to_f32());
                 }
             }
@@ -410,8 +407,29 @@ fn shifted_run<S: CpuFloat, D: CpuFloat>(
         );
     }
     for seg in inside.chunks_exact_mut(w) {
-        seg[..xs.start].iter_mut().for_each(|v| *v = zero);
-        seg[xs.end..].iter_mut().for_each(|v| *v = zero);
+        clear_padding(seg, &xs, zero);
+    }
+}
+
+/// Sets the values of the line `seg` outside `inside` to `zero`: the padding columns.
+#[inline(always)]
+fn clear_padding<D: Copy>(seg: &mut [D], inside: &Range<usize>, zero: D) {
+    let (head, rest) = seg.split_at_mut(inside.start);
+    fill_short(head, zero);
+    fill_short(&mut rest[inside.len()..], zero);
+}
+
+/// `dst.fill(value)` as plain stores for the one to three values a padding column holds:
+/// LLVM turns a fill loop of unknown length into a call to `memset`, which at these lengths
+/// costs more than the stores.
+#[inline(always)]
+fn fill_short<D: Copy>(dst: &mut [D], value: D) {
+    match dst {
+        [] => {}
+        [a] => *a = value,
+        [a, b] => (*a, *b) = (value, value),
+        [a, b, c] => (*a, *b, *c) = (value, value, value),
+        _ => dst.fill(value),
     }
 }
 
