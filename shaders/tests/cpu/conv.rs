@@ -205,7 +205,9 @@ fn columns_times_the_weight_are_the_direct_convolution() {
         for isa in Isa::available() {
             let mut got = Vec::new();
             for n in 0..shape.batch {
-                let mut cols = vec![0f32; k * l];
+                // NaN: a column value im2col leaves unwritten (a buffer reused, as the backend's
+                // are) fails the comparison.
+                let mut cols = vec![f32::NAN; k * l];
                 conv::im2col(isa, &shape, &x, n..n + 1, &mut cols).unwrap();
                 let mut y = vec![0f32; out * l];
                 gemm::gemm_row_bias(
@@ -226,10 +228,10 @@ fn columns_times_the_weight_are_the_direct_convolution() {
                 );
             }
             // The whole batch in one call: the samples' columns side by side.
-            let mut all = vec![0f32; k * shape.batch * l];
+            let mut all = vec![f32::NAN; k * shape.batch * l];
             conv::im2col(isa, &shape, &x, 0..shape.batch, &mut all).unwrap();
             for n in 0..shape.batch {
-                let mut one = vec![0f32; k * l];
+                let mut one = vec![f32::NAN; k * l];
                 conv::im2col(isa, &shape, &x, n..n + 1, &mut one).unwrap();
                 for r in 0..k {
                     assert_eq!(
@@ -257,18 +259,18 @@ fn columns_in_another_format_are_the_f32_columns_rounded() {
         let x_rounded: Vec<f32> = xb.iter().map(|v| v.to_f32()).collect();
         let n = shape.patch() * shape.batch * shape.positions();
         for isa in Isa::available() {
-            let mut want = vec![0f32; n];
+            let mut want = vec![f32::NAN; n];
             conv::im2col(isa, &shape, &x, 0..shape.batch, &mut want).unwrap();
             let want: Vec<bf16> = want.iter().map(|&v| bf16::from_f32(v)).collect();
-            let mut from_f32 = vec![bf16::ZERO; n];
+            let mut from_f32 = vec![bf16::NAN; n];
             conv::im2col(isa, &shape, &x, 0..shape.batch, &mut from_f32).unwrap();
             assert_eq!(from_f32, want, "{shape:?} on {isa}: f32 to bf16");
-            let mut from_bf16 = vec![bf16::ZERO; n];
+            let mut from_bf16 = vec![bf16::NAN; n];
             conv::im2col(isa, &shape, &xb, 0..shape.batch, &mut from_bf16).unwrap();
             assert_eq!(from_bf16, want, "{shape:?} on {isa}: bf16 to bf16");
-            let mut widened = vec![0f32; n];
+            let mut widened = vec![f32::NAN; n];
             conv::im2col(isa, &shape, &xb, 0..shape.batch, &mut widened).unwrap();
-            let mut exact = vec![0f32; n];
+            let mut exact = vec![f32::NAN; n];
             conv::im2col(isa, &shape, &x_rounded, 0..shape.batch, &mut exact).unwrap();
             assert_eq!(widened, exact, "{shape:?} on {isa}: bf16 to f32");
         }
@@ -368,7 +370,8 @@ fn by_phases<D: CpuFloat>(
         let (depth, width) = (phase.depth(out), samples.len() * phase.positions());
         let mut wt = vec![0f32; shape.channels * depth];
         phase.weight(shape, out, w, &mut wt).unwrap();
-        let mut cols = vec![0f32; depth * width];
+        // NaN: a value the phase's columns leave unwritten fails the sums.
+        let mut cols = vec![f32::NAN; depth * width];
         phase
             .columns(isa, shape, out, dy, samples.clone(), &mut cols)
             .unwrap();
@@ -480,16 +483,16 @@ fn phase_columns_and_stores_in_another_format_are_the_f32_ones_rounded() {
             for phase in shape.grad_phases().unwrap() {
                 let n = phase.depth(out) * shape.batch * phase.positions();
                 let all = 0..shape.batch;
-                let mut want = vec![0f32; n];
+                let mut want = vec![f32::NAN; n];
                 phase
                     .columns(isa, &shape, out, &dy, all.clone(), &mut want)
                     .unwrap();
-                let mut from_f32 = vec![bf16::ZERO; n];
+                let mut from_f32 = vec![bf16::NAN; n];
                 phase
                     .columns(isa, &shape, out, &dy, all.clone(), &mut from_f32)
                     .unwrap();
                 assert_eq!(from_f32, round(&want), "{shape:?} on {isa}: f32 to bf16");
-                let mut from_bf16 = vec![bf16::ZERO; n];
+                let mut from_bf16 = vec![bf16::NAN; n];
                 phase
                     .columns(isa, &shape, out, &dyb, all.clone(), &mut from_bf16)
                     .unwrap();

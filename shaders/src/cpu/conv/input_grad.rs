@@ -307,9 +307,9 @@ impl GradPhase {
         let inside = inside_rows(out, &ys, pw, zero);
         for (n, seg) in inside.chunks_exact_mut(pw).enumerate() {
             let line = &src[(y0 + n) * ow..][..ow];
-            clear_padding(seg, &xs, zero);
             cast::convert_block(isa, &line[x0..][..xs.len()], &mut seg[xs.clone()]);
         }
+        clear_padding(inside, pw, &xs, zero);
     }
 }
 

@@ -327,9 +327,9 @@ fn im2col_row<S: CpuFloat, D: CpuFloat>(
             let inside = inside_rows(out, &ys, ow, zero);
             for (n, seg) in inside.chunks_exact_mut(ow).enumerate() {
                 let line = &plane[(y0 + n * sy) * w..][..w];
-                clear_padding(seg, &xs, zero);
                 strided_copy(&mut seg[xs.clone()], &line[x0..], sx, |v| *v);
             }
+            clear_padding(inside, ow, &xs, zero);
         }
         return;
     }
@@ -345,7 +345,7 @@ fn im2col_row<S: CpuFloat, D: CpuFloat>(
                 None => seg.fill(0.0),
                 Some(iy) => {
                     let line = &plane[iy * w..][..w];
-                    clear_padding(seg, &xs, 0.0);
+                    clear_padding(seg, ow, &xs, 0.0);
                     strided_copy(&mut seg[xs.clone()], &line[x0..], sx, |v| v.to_f32());
                 }
             }
@@ -406,30 +406,27 @@ fn shifted_run<S: CpuFloat, D: CpuFloat>(
             &mut inside[xs.start..][..len],
         );
     }
-    for seg in inside.chunks_exact_mut(w) {
-        clear_padding(seg, &xs, zero);
+    clear_padding(inside, w, &xs, zero);
+}
+
+/// Sets the values of `lines` (lines of `w` values) outside the columns `inside` to `zero`:
+/// the padding columns. One or two of them, as a 3x3 kernel's are, are set a column at a
+/// time, a store a line: per line they are too short for a fill, whose call to `memset` would
+/// cost more than the store. Wider padding is filled a line at a time.
+fn clear_padding<D: Copy>(lines: &mut [D], w: usize, inside: &Range<usize>, zero: D) {
+    let columns = w - inside.len();
+    if lines.is_empty() || columns == 0 {
+        return;
     }
-}
-
-/// Sets the values of the line `seg` outside `inside` to `zero`: the padding columns.
-#[inline(always)]
-fn clear_padding<D: Copy>(seg: &mut [D], inside: &Range<usize>, zero: D) {
-    let (head, rest) = seg.split_at_mut(inside.start);
-    fill_short(head, zero);
-    fill_short(&mut rest[inside.len()..], zero);
-}
-
-/// `dst.fill(value)` as plain stores for the one to three values a padding column holds:
-/// LLVM turns a fill loop of unknown length into a call to `memset`, which at these lengths
-/// costs more than the stores.
-#[inline(always)]
-fn fill_short<D: Copy>(dst: &mut [D], value: D) {
-    match dst {
-        [] => {}
-        [a] => *a = value,
-        [a, b] => (*a, *b) = (value, value),
-        [a, b, c] => (*a, *b, *c) = (value, value, value),
-        _ => dst.fill(value),
+    if columns <= 2 {
+        for col in (0..inside.start).chain(inside.end..w) {
+            lines[col..].iter_mut().step_by(w).for_each(|v| *v = zero);
+        }
+    } else {
+        for line in lines.chunks_exact_mut(w) {
+            line[..inside.start].fill(zero);
+            line[inside.end..].fill(zero);
+        }
     }
 }
 
