@@ -7,6 +7,7 @@
 //! quantization against the FP8 reference, byte for byte (`cpu/fp8.rs`).
 
 use burn_amp_kernels::cpu::Isa;
+use burn_amp_kernels::cpu::caches::CacheSizes;
 use burn_amp_kernels::cpu::cast::{self, CastError, CpuFloat, Format};
 use burn_amp_kernels::cpu::gemm::{self, GemmError, Kernel, MatRef};
 use half::{bf16, f16};
@@ -453,6 +454,37 @@ fn gemm_blocks_and_threads_cover_every_entry() {
     check_shape::<f32, f32, f16>((150, 300, 300), false, false, Format::F16);
 }
 
+/// Every kernel of `formats` on this CPU, with caches so small that the products of the
+/// tests below cross several KC steps and row blocks (AMX's blocks of rows, from L3, then
+/// hold 256 rows: 603 rows cross two), and with the CPU's own.
+fn kernels_on_both_caches(formats: &[Format]) -> Vec<(CacheSizes, Kernel)> {
+    let small = CacheSizes {
+        l1d: 8 << 10,
+        l2: 64 << 10,
+        l3: 256 << 10,
+    };
+    let isa = Isa::detect();
+    [small, isa.caches()]
+        .into_iter()
+        .flat_map(|caches| {
+            let isa = isa.with_caches(caches);
+            formats
+                .iter()
+                .flat_map(move |&format| Kernel::all(isa, format))
+                .map(move |kernel| (caches, kernel))
+        })
+        .collect()
+}
+
+/// An `m x k` view of `data`: row-major, or the transpose of a row-major `k x m`.
+fn view_of<T: CpuFloat>(data: &[T], (m, k): (usize, usize), transposed: bool) -> MatRef<'_, T> {
+    if transposed {
+        MatRef::row_major(data, k, m).unwrap().transpose()
+    } else {
+        MatRef::row_major(data, m, k).unwrap()
+    }
+}
+
 /// `c = a b + bias` on a pool of `threads` threads.
 fn gemm_on<C: CpuFloat>(
     threads: usize,
@@ -477,13 +509,6 @@ fn gemm_on<C: CpuFloat>(
 /// f32 and bf16.
 #[test]
 fn gemm_gives_the_same_bits_on_1_2_and_3_threads_within_the_bound() {
-    use burn_amp_kernels::cpu::caches::CacheSizes;
-    let small = CacheSizes {
-        l1d: 8 << 10,
-        l2: 64 << 10,
-        // AMX's blocks of rows (from L3) then hold 256 of them: the 603 rows below cross two.
-        l3: 256 << 10,
-    };
     let shapes = [
         (150, 301, 300, false),
         (7, 1501, 260, true),
@@ -491,63 +516,128 @@ fn gemm_gives_the_same_bits_on_1_2_and_3_threads_within_the_bound() {
         (97, 215, 530, true),
     ];
     {
-        let isa = Isa::detect();
-        for caches in [small, isa.caches()] {
-            let isa = isa.with_caches(caches);
-            for format in [Format::Bf16, Format::F16] {
-                for kernel in Kernel::all(isa, format) {
-                    for (m, n, k, transposed) in shapes {
-                        let a_data: Vec<f32> = random(m * k, (m + k) as u64);
-                        let b_data: Vec<bf16> = random(k * n, (n + 3 * k) as u64);
-                        let bias: Vec<f32> = random(n, n as u64);
-                        let a = if transposed {
-                            MatRef::row_major(&a_data, k, m).unwrap().transpose()
-                        } else {
-                            MatRef::row_major(&a_data, m, k).unwrap()
-                        };
-                        let b = MatRef::row_major(&b_data, k, n).unwrap();
-                        let what = format!("{kernel} {caches:?}: {m}x{k} @ {k}x{n}");
-                        let bits = |c: Vec<bf16>| c.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                        let one: Vec<f32> = gemm_on(1, kernel, (a, b), Some(&bias));
-                        let one16 = bits(gemm_on(1, kernel, (a, b), None));
-                        // A bf16 C is the f32 sums plus the bias, rounded once: whether
-                        // its tiles are rounded as they complete (k in one KC step) or
-                        // summed in a buffer first (small caches: several).
-                        let rounded: Vec<bf16> = gemm_on(1, kernel, (a, b), Some(&bias));
-                        let once = one.iter().map(|&v| bf16::from_f32(v).to_bits());
-                        assert!(
-                            once.eq(bits(rounded)),
-                            "{what}: bf16 C is not the f32 product rounded"
-                        );
-                        for threads in [2, 3] {
-                            let many: Vec<f32> = gemm_on(threads, kernel, (a, b), Some(&bias));
-                            let same = one
-                                .iter()
-                                .zip(&many)
-                                .all(|(x, y)| x.to_bits() == y.to_bits());
-                            assert!(
-                                same,
-                                "{what}: {threads} threads differ from one (f32, bias)"
-                            );
-                            let many16 = bits(gemm_on(threads, kernel, (a, b), None));
-                            assert!(one16 == many16, "{what}: {threads} threads differ (bf16)");
-                        }
-                        {
-                            let at = |i: usize, p: usize| {
-                                a_data[if transposed { p * m + i } else { i * k + p }]
-                            };
-                            let bt = |p: usize, j: usize| b_data[p * n + j];
-                            let (mut exact, magnitude) = reference(&a, &b, at, bt, format);
-                            for (i, e) in exact.iter_mut().enumerate() {
-                                *e += round(bias[i % n], format);
-                            }
-                            check_within_bound(&what, &one, &(exact, magnitude), k);
-                        }
+        for (caches, kernel) in kernels_on_both_caches(&[Format::Bf16, Format::F16]) {
+            let format = kernel.format();
+            for (m, n, k, transposed) in shapes {
+                let a_data: Vec<f32> = random(m * k, (m + k) as u64);
+                let b_data: Vec<bf16> = random(k * n, (n + 3 * k) as u64);
+                let bias: Vec<f32> = random(n, n as u64);
+                let a = view_of(&a_data, (m, k), transposed);
+                let b = MatRef::row_major(&b_data, k, n).unwrap();
+                let what = format!("{kernel} {caches:?}: {m}x{k} @ {k}x{n}");
+                let bits = |c: Vec<bf16>| c.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                let one: Vec<f32> = gemm_on(1, kernel, (a, b), Some(&bias));
+                let one16 = bits(gemm_on(1, kernel, (a, b), None));
+                // A bf16 C is the f32 sums plus the bias, rounded once: whether
+                // its tiles are rounded as they complete (k in one KC step) or
+                // summed in a buffer first (small caches: several).
+                let rounded: Vec<bf16> = gemm_on(1, kernel, (a, b), Some(&bias));
+                let once = one.iter().map(|&v| bf16::from_f32(v).to_bits());
+                assert!(
+                    once.eq(bits(rounded)),
+                    "{what}: bf16 C is not the f32 product rounded"
+                );
+                for threads in [2, 3] {
+                    let many: Vec<f32> = gemm_on(threads, kernel, (a, b), Some(&bias));
+                    let same = one
+                        .iter()
+                        .zip(&many)
+                        .all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(
+                        same,
+                        "{what}: {threads} threads differ from one (f32, bias)"
+                    );
+                    let many16 = bits(gemm_on(threads, kernel, (a, b), None));
+                    assert!(one16 == many16, "{what}: {threads} threads differ (bf16)");
+                }
+                {
+                    let at =
+                        |i: usize, p: usize| a_data[if transposed { p * m + i } else { i * k + p }];
+                    let bt = |p: usize, j: usize| b_data[p * n + j];
+                    let (mut exact, magnitude) = reference(&a, &b, at, bt, format);
+                    for (i, e) in exact.iter_mut().enumerate() {
+                        *e += round(bias[i % n], format);
                     }
+                    check_within_bound(&what, &one, &(exact, magnitude), k);
                 }
             }
         }
     }
+}
+
+/// A packed once ([`PackedA`]) gives [`gemm::gemm_on`]'s bits with the matrix it was packed
+/// from, on every kernel, into f32 and bf16, with a row bias, on 1, 2 and 3 threads (whose
+/// grids start row blocks at other rows), with blocks made small (several KC steps and row
+/// blocks) and the CPU's own; a matrix of the wrong shape is refused.
+#[test]
+fn packed_a_gives_the_bits_of_packing_it_in_every_product() {
+    use burn_amp_kernels::cpu::gemm::{PackedA, Threads};
+    let shapes = [
+        (150, 301, 300, false),
+        (603, 33, 150, true),
+        (97, 215, 530, false),
+        (13, 35, 17, true),
+        (1, 1, 1, false),
+    ];
+    let formats = [Format::Bf16, Format::F16, Format::F32];
+    for (caches, kernel) in kernels_on_both_caches(&formats) {
+        for (m, n, k, transposed) in shapes {
+            let a_data: Vec<f32> = random(m * k, (m + 5 * k) as u64);
+            let b_data: Vec<bf16> = random(k * n, (n + 7 * k) as u64);
+            let bias: Vec<f32> = random(m, m as u64);
+            let a = view_of(&a_data, (m, k), transposed);
+            let b = MatRef::row_major(&b_data, k, n).unwrap();
+            let packed = PackedA::new(kernel, a);
+            assert_eq!((packed.rows(), packed.depth()), (m, k));
+            let what = format!("{kernel} {caches:?}: {m}x{k} @ {k}x{n}");
+            for threads in [1, 2, 3] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                pool.install(|| {
+                    let mut want = vec![7f32; m * n];
+                    let mut got = vec![-7f32; m * n];
+                    gemm::gemm_on(Threads::Pool, kernel, a, b, Some(&bias), &mut want).unwrap();
+                    gemm::gemm_packed_on(Threads::Pool, &packed, b, Some(&bias), &mut got).unwrap();
+                    let same = want
+                        .iter()
+                        .zip(&got)
+                        .all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(same, "{what}, {threads} threads: f32 C differs");
+                    let mut want = vec![bf16::ONE; m * n];
+                    let mut got = vec![bf16::ZERO; m * n];
+                    gemm::gemm_on::<_, _, f32, _>(Threads::Caller, kernel, a, b, None, &mut want)
+                        .unwrap();
+                    gemm::gemm_packed_on::<_, f32, _>(Threads::Caller, &packed, b, None, &mut got)
+                        .unwrap();
+                    assert!(want == got, "{what}, {threads} threads: bf16 C differs");
+                });
+            }
+        }
+    }
+    let kernel = Kernel::select(Isa::detect(), Format::Bf16);
+    let a = vec![1f32; 6];
+    let packed = PackedA::new(kernel, MatRef::row_major(&a, 2, 3).unwrap());
+    let b = vec![1f32; 8];
+    let run = |b: MatRef<'_, f32>, bias: Option<&[f32]>, len: usize| {
+        let mut c = vec![0f32; len];
+        gemm::gemm_packed_on(Threads::Caller, &packed, b, bias, &mut c)
+    };
+    assert!(matches!(
+        run(MatRef::row_major(&b, 4, 2).unwrap(), None, 4),
+        Err(GemmError::ShapeMismatch { .. })
+    ));
+    let b3 = MatRef::row_major(&b[..6], 3, 2).unwrap();
+    assert!(matches!(
+        run(b3, None, 5),
+        Err(GemmError::OutputLength { .. })
+    ));
+    assert!(matches!(
+        run(b3, Some(&[0.0; 3]), 4),
+        Err(GemmError::BiasLength { .. })
+    ));
+    assert_eq!(run(b3, Some(&[0.5, 1.0]), 4), Ok(()));
 }
 
 /// The AMX-BF16 kernel, where the CPU has it: chosen for bf16 products, within the bound

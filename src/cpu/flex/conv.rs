@@ -1,8 +1,9 @@
 //! 1-d and 2-d convolutions (one group) on Flex through the CPU GEMM: `im2col` of a chunk
 //! of the batch in the compute format, `weight x cols` with the bias added to the f32
-//! sums, the result in the dtype asked for; and the gradients, each in its operand's dtype
-//! (an f32 weight's summed over the batch in f32, written in f32; the input's a product per
-//! phase of the stride, from the output gradient's columns).
+//! sums (the weight packed for the GEMM once per call), the result in the dtype asked for;
+//! and the gradients, each in its operand's dtype (an f32 weight's summed over the batch in
+//! f32, written in f32; the input's a product per phase of the stride, from the output
+//! gradient's columns, each phase's weight packed once per call).
 
 use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::Isa;
@@ -11,7 +12,7 @@ use burn_amp_kernels::cpu::conv::{self, ConvShape, GradPhase};
 use core::cell::Cell;
 use core::ops::Range;
 
-use burn_amp_kernels::cpu::gemm::{self, Kernel, MatRef, Threads};
+use burn_amp_kernels::cpu::gemm::{self, Kernel, MatRef, PackedA, Threads};
 use burn_amp_kernels::cpu::layout::copy_strided;
 use burn_tensor::{DType, Shape};
 use bytemuck::Pod;
@@ -171,8 +172,11 @@ impl ConvPlan {
     ) -> Vec<O> {
         let (l, oc) = (self.shape.positions(), self.out_channels);
         let mut y = to_fill::<O>(self.shape.batch * oc * l);
+        // The weight rounded and laid out for the kernel once, for every chunk's product.
         let weight = rounded::<W, F>(kernel.isa(), weight);
-        let weight = weight.as_slice();
+        let weight = MatRef::row_major(&weight, oc, self.shape.patch())
+            .expect("a weight of out x patch values");
+        let weight = PackedA::new(kernel, weight);
         let split = self.split();
         let run = |(samples, dst): (Range<usize>, &mut [O])| {
             let mut bufs = Buffers::take();
@@ -180,11 +184,11 @@ impl ConvPlan {
                 let at =
                     (chunk.start - samples.start) * oc * l..(chunk.end - samples.start) * oc * l;
                 let dst = &mut dst[at];
-                self.forward_chunk::<X, F, F, O>(
+                self.forward_chunk::<X, F, O>(
                     kernel,
                     split.threads,
                     x,
-                    weight,
+                    &weight,
                     bias,
                     chunk,
                     dst,
@@ -205,12 +209,12 @@ impl ConvPlan {
     /// The output `dst` (`[samples, out, positions]`) of the samples `samples`, with the
     /// thread's buffers.
     #[allow(clippy::too_many_arguments)]
-    fn forward_chunk<X: CpuFloat, W: CpuFloat, F: CpuFloat + Pod, O: CpuFloat + Pod>(
+    fn forward_chunk<X: CpuFloat, F: CpuFloat + Pod, O: CpuFloat + Pod>(
         &self,
         kernel: Kernel,
         threads: Threads,
         x: &[X],
-        weight: &[W],
+        weight: &PackedA,
         bias: Option<&[f32]>,
         samples: Range<usize>,
         dst: &mut [O],
@@ -223,12 +227,12 @@ impl ConvPlan {
             self.out_channels,
         );
         let count = samples.len();
-        let w = MatRef::row_major(weight, oc, k).expect("a weight of out x patch values");
         let cols = self.columns(kernel.isa(), x, samples, grown::<F>(cols, k * count * l));
         // One sample's product is its output ([out, positions]); several are [out,
         // samples, positions], permuted into [samples, out, positions].
         let product = |c: &mut [O]| {
-            gemm::gemm_on(threads, kernel, w, cols, bias, c).expect("shapes checked by the plan")
+            gemm::gemm_packed_on(threads, weight, cols, bias, c)
+                .expect("shapes checked by the plan")
         };
         if count == 1 {
             product(dst);
@@ -312,7 +316,7 @@ impl ConvPlan {
         let (k, oc) = (self.shape.patch(), self.out_channels);
         let weight = rounded::<W, F>(kernel.isa(), weight);
         let weight = weight.as_slice();
-        let phases = dx.is_some().then(|| self.phase_weights(weight));
+        let phases = dx.is_some().then(|| self.phase_weights(kernel, weight));
         let phases = phases.as_ref();
         let split = self.split();
         // Each run's input gradient is its own slice of dx.
@@ -365,9 +369,9 @@ impl ConvPlan {
         [dw, db]
     }
 
-    /// The input gradient's phases, each with its weight in the compute format `F` (from
-    /// the weight already rounded to it: a copy).
-    fn phase_weights<F: CpuFloat>(&self, weight: &[F]) -> PhaseWeights<F> {
+    /// The input gradient's phases, each with its weight (from the weight already rounded
+    /// to the compute format `F`: a copy) packed for `kernel`, once for every chunk.
+    fn phase_weights<F: CpuFloat>(&self, kernel: Kernel, weight: &[F]) -> PhaseWeights {
         let oc = self.out_channels;
         let phases = self.shape.grad_phases().expect("checked by the plan");
         let weights = phases
@@ -377,7 +381,9 @@ impl ConvPlan {
                 phase
                     .weight(&self.shape, oc, weight, &mut wt)
                     .expect("a weight of out x patch values");
-                wt
+                let wt = MatRef::row_major(&wt, self.shape.channels, phase.depth(oc))
+                    .expect("channels x depth");
+                PackedA::new(kernel, wt)
             })
             .collect();
         PhaseWeights { phases, weights }
@@ -391,7 +397,7 @@ impl ConvPlan {
         &self,
         kernel: Kernel,
         threads: Threads,
-        (x, phases, dy_all): (&[X], Option<&PhaseWeights<F>>, &[G]),
+        (x, phases, dy_all): (&[X], Option<&PhaseWeights>, &[G]),
         samples: Range<usize>,
         dx: Option<(&mut InputGradPart, Range<usize>)>,
         sums: &mut Sums,
@@ -453,9 +459,8 @@ impl ConvPlan {
                     phase
                         .columns(isa, &self.shape, oc, dy_all, samples.clone(), cols)
                         .expect("checked by the plan");
-                    let a = MatRef::row_major(wt, c, depth).expect("channels x depth");
                     let b = MatRef::row_major(cols, depth, width).expect("depth x positions");
-                    gemm::gemm_on::<_, _, f32, _>(threads, kernel, a, b, None, product)
+                    gemm::gemm_packed_on::<_, f32, _>(threads, wt, b, None, product)
                         .expect("channels x positions");
                 }
                 products.push(product);
@@ -616,10 +621,10 @@ impl InputGradPart<'_> {
     }
 }
 
-/// The input gradient's phases and each one's weight `[channels, depth]`.
-struct PhaseWeights<F> {
+/// The input gradient's phases and each one's weight `[channels, depth]`, packed.
+struct PhaseWeights {
     phases: Vec<GradPhase>,
-    weights: Vec<Vec<F>>,
+    weights: Vec<PackedA>,
 }
 
 /// A thread's buffers for its chunks (columns, products, gradients), kept between calls:

@@ -19,7 +19,8 @@
 //! ```
 //!
 //! A larger one is cut into a grid of blocks of C (`grid`), rows by columns, and each block
-//! runs that loop on one of rayon's threads, packing its own rows of A and columns of B:
+//! runs that loop on one of rayon's threads, packing its own rows of A (unless A was packed
+//! once for many products: `packed`) and columns of B:
 //! one hand-over to the pool per product, where packing the shared operands first would
 //! take two per KC step, each of which costs a sleeping thread's wake-up (about 15 us on a
 //! virtual machine's cores, a small product's whole time).
@@ -37,9 +38,12 @@ use crate::cpu::cast::{self, CpuFloat, Format};
 
 #[path = "grid.rs"]
 mod grid;
+#[path = "packed.rs"]
+mod packed;
 #[path = "scratch.rs"]
 mod scratch;
 
+pub use packed::PackedA;
 use scratch::Scratch;
 
 /// The block sizes of a kernel on a CPU: k per packed panel (`kc`: a B micro-panel of
@@ -125,10 +129,33 @@ pub enum Threads {
     Caller,
 }
 
+/// A product's left operand: a matrix whose blocks each pack the rows they read, or one
+/// packed once for every product ([`PackedA`], whose kernel is the product's).
+pub(super) enum Lhs<'a, A> {
+    Matrix(MatRef<'a, A>),
+    Packed(&'a PackedA),
+}
+
+impl<A: CpuFloat> Lhs<'_, A> {
+    fn rows(&self) -> usize {
+        match self {
+            Lhs::Matrix(a) => a.rows(),
+            Lhs::Packed(a) => a.rows(),
+        }
+    }
+
+    fn cols(&self) -> usize {
+        match self {
+            Lhs::Matrix(a) => a.cols(),
+            Lhs::Packed(a) => a.depth(),
+        }
+    }
+}
+
 /// `c = a b + bias` (shapes checked by the caller).
 pub(super) fn run<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
     kernel: Kernel,
-    a: MatRef<'_, A>,
+    a: Lhs<'_, A>,
     b: MatRef<'_, B>,
     bias: Option<Bias<'_>>,
     c: &mut [C],
@@ -173,7 +200,7 @@ pub(super) fn run<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
 /// One product's operands and blocking: what every block of C reads.
 struct Problem<'a, A, B> {
     kernel: Kernel,
-    a: MatRef<'a, A>,
+    a: Lhs<'a, A>,
     b: MatRef<'a, B>,
     bias: Option<Bias<'a>>,
     blocking: Blocking,
@@ -221,12 +248,15 @@ unsafe fn block<A: CpuFloat, B: CpuFloat, C: CpuFloat>(
             let b_panels = scratch.b.words(nc.div_ceil(nr) * steps * nr);
             pack_b(kernel, b, (pc, kc), (c0 + jc, nc), b_panels);
         }
-        if pack.a {
-            let a_panels = scratch.a.words(mc.div_ceil(mr) * steps * mr + SLACK);
-            pack_a(kernel, a, (r0 + ic, mc), (pc, kc), a_panels);
+        let a_len = mc.div_ceil(mr) * steps * mr + SLACK;
+        if let (true, Lhs::Matrix(a)) = (pack.a, a) {
+            pack_a(kernel, a, (r0 + ic, mc), (pc, kc), scratch.a.words(a_len));
         }
         let panels = Panels {
-            a: scratch.a.words(mc.div_ceil(mr) * steps * mr + SLACK),
+            a: match a {
+                Lhs::Matrix(_) => scratch.a.words(a_len),
+                Lhs::Packed(a) => a.panels((r0 + ic, mc), pc),
+            },
             b: scratch.b.words(nc.div_ceil(nr) * steps * nr),
             kc,
         };

@@ -132,7 +132,7 @@ mod tests {
     use super::*;
     use crate::cpu::Isa;
     use crate::cpu::cast::Format;
-    use crate::cpu::gemm::driver::Blocking;
+    use crate::cpu::gemm::driver::{Blocking, Lhs};
     use crate::cpu::gemm::{Kernel, MatRef};
 
     #[test]
@@ -149,7 +149,7 @@ mod tests {
             let (a, b) = (vec![0f32; m], vec![0f32; n]);
             let problem = Problem {
                 kernel,
-                a: MatRef::new(&a, 0, m, 1, 1, 1).unwrap(),
+                a: Lhs::Matrix(MatRef::new(&a, 0, m, 1, 1, 1).unwrap()),
                 b: MatRef::new(&b, 0, 1, n, 1, 1).unwrap(),
                 bias: None,
                 blocking: Blocking::of(kernel),

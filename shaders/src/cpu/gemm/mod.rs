@@ -22,6 +22,10 @@
 //! - **Portable** (the same packing, plain Rust loops), and the bf16-pair packing with a
 //!   portable microkernel: the references the fast kernels are tested against on any CPU.
 //!
+//! A left operand that many products share (a convolution's weight, times each chunk of
+//! the batch's columns) can be packed once, [`PackedA`], for [`gemm_packed_on`]: the same
+//! bits as packing it in each product.
+//!
 //! Every kernel gives the exact f32 products of the rounded operands summed in f32 (an
 //! order that depends on the kernel), so each entry lies within `k * 2^-23 * sum |a||b|`
 //! of the exact product of the rounded operands, less subnormal products under
@@ -47,7 +51,7 @@ mod driver;
 mod kernel;
 mod pack;
 
-pub use driver::Threads;
+pub use driver::{PackedA, Threads};
 pub use kernel::Kernel;
 
 use super::cast::{CpuFloat, Format};
@@ -377,6 +381,35 @@ pub fn gemm_on<A: CpuFloat, B: CpuFloat, D: CpuFloat, C: CpuFloat>(
     Ok(())
 }
 
+/// [`gemm_on`] with A packed once ([`PackedA`]) on its kernel: the same bits as
+/// [`gemm_on`] with the matrix it was packed from, without packing it again.
+///
+/// # Errors
+/// As [`gemm_row_bias`], `a` standing for the matrix it was packed from.
+pub fn gemm_packed_on<B: CpuFloat, D: CpuFloat, C: CpuFloat>(
+    threads: Threads,
+    a: &PackedA,
+    b: MatRef<'_, B>,
+    row_bias: Option<&[D]>,
+    c: &mut [C],
+) -> Result<(), GemmError> {
+    check_dims((a.rows(), a.depth()), &b, c.len())?;
+    let kernel = a.kernel();
+    let bias = row_bias
+        .map(|bias| rounded_bias(bias, a.rows(), kernel.format()))
+        .transpose()?;
+    let bias = bias.as_deref().map(driver::Bias::Rows);
+    run_lhs::<f32>(
+        kernel,
+        driver::Lhs::Packed(a),
+        b.erase(),
+        bias,
+        C::floats_mut(c),
+        threads,
+    );
+    Ok(())
+}
+
 /// The driver for the operands' and the output's types, instantiated here (`erased`).
 fn run(
     kernel: Kernel,
@@ -386,19 +419,26 @@ fn run(
     c: FloatsMut<'_>,
     threads: Threads,
 ) {
-    macro_rules! with_b {
-        ($a:expr) => {
-            match b {
-                Mats::F32(b) => typed_mut!(c, |c| driver::run(kernel, $a, b, bias, c, threads)),
-                Mats::Bf16(b) => typed_mut!(c, |c| driver::run(kernel, $a, b, bias, c, threads)),
-                Mats::F16(b) => typed_mut!(c, |c| driver::run(kernel, $a, b, bias, c, threads)),
-            }
-        };
-    }
     match a {
-        Mats::F32(a) => with_b!(a),
-        Mats::Bf16(a) => with_b!(a),
-        Mats::F16(a) => with_b!(a),
+        Mats::F32(a) => run_lhs(kernel, driver::Lhs::Matrix(a), b, bias, c, threads),
+        Mats::Bf16(a) => run_lhs(kernel, driver::Lhs::Matrix(a), b, bias, c, threads),
+        Mats::F16(a) => run_lhs(kernel, driver::Lhs::Matrix(a), b, bias, c, threads),
+    }
+}
+
+/// [`run`] with the left operand's type known.
+fn run_lhs<A: CpuFloat>(
+    kernel: Kernel,
+    a: driver::Lhs<'_, A>,
+    b: Mats<'_>,
+    bias: Option<driver::Bias<'_>>,
+    c: FloatsMut<'_>,
+    threads: Threads,
+) {
+    match b {
+        Mats::F32(b) => typed_mut!(c, |c| driver::run(kernel, a, b, bias, c, threads)),
+        Mats::Bf16(b) => typed_mut!(c, |c| driver::run(kernel, a, b, bias, c, threads)),
+        Mats::F16(b) => typed_mut!(c, |c| driver::run(kernel, a, b, bias, c, threads)),
     }
 }
 
@@ -408,28 +448,38 @@ fn check<A: CpuFloat, B: CpuFloat>(
     b: &MatRef<'_, B>,
     len: usize,
 ) -> Result<(), GemmError> {
-    if a.cols != b.rows {
+    check_dims((a.rows, a.cols), b, len)
+}
+
+/// Whether the product of an `a_rows x a_cols` matrix by `b` can be written into `len`
+/// values.
+fn check_dims<B: CpuFloat>(
+    (a_rows, a_cols): (usize, usize),
+    b: &MatRef<'_, B>,
+    len: usize,
+) -> Result<(), GemmError> {
+    if a_cols != b.rows {
         return Err(GemmError::ShapeMismatch {
-            a_rows: a.rows,
-            a_cols: a.cols,
+            a_rows,
+            a_cols,
             b_rows: b.rows,
             b_cols: b.cols,
         });
     }
     let too_large = || GemmError::TooLarge {
-        rows: a.rows,
-        depth: a.cols,
+        rows: a_rows,
+        depth: a_cols,
         cols: b.cols,
     };
     // Every count the driver forms (outputs, and each operand's elements, which it walks
     // with `isize` offsets) must be addressable: checked, never wrapped.
     let addressable = |x: usize, y: usize| x.checked_mul(y).filter(|v| *v <= isize::MAX as usize);
-    let outputs = addressable(a.rows, b.cols).ok_or_else(too_large)?;
-    addressable(a.rows, a.cols).ok_or_else(too_large)?;
+    let outputs = addressable(a_rows, b.cols).ok_or_else(too_large)?;
+    addressable(a_rows, a_cols).ok_or_else(too_large)?;
     addressable(b.rows, b.cols).ok_or_else(too_large)?;
     if len != outputs {
         return Err(GemmError::OutputLength {
-            rows: a.rows,
+            rows: a_rows,
             cols: b.cols,
             len,
         });

@@ -27,6 +27,12 @@ impl Lines {
         // slice is.
         unsafe { core::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast::<u32>(), len) }
     }
+
+    /// Every word held.
+    pub fn all(&self) -> &[u32] {
+        // SAFETY: as in `words`: `16 * len` initialised words, borrowed from `self`.
+        unsafe { core::slice::from_raw_parts(self.0.as_ptr().cast::<u32>(), 16 * self.0.len()) }
+    }
 }
 
 /// Packed A rows, packed B columns, and a block's f32 sums.
