@@ -59,30 +59,21 @@ impl PackedA {
         // Each step's panels, with the slack the packing may write past them, on whole lines.
         let step_len =
             |kc: usize| (rows.div_ceil(mr) * kernel.k_steps(kc) * mr + SLACK).next_multiple_of(16);
-        let depths = || {
-            (0..depth)
-                .step_by(kc)
-                .map(move |pc| (pc, kc.min(depth - pc)))
-        };
-        let starts: Vec<usize> = depths()
-            .scan(0, |at, (_, kc)| {
-                let start = *at;
-                *at += step_len(kc);
-                Some(start)
-            })
-            .collect();
-        let total = depths().map(|(_, kc)| step_len(kc)).sum();
+        // Each KC step's first k, where its panels start, and the words they take.
+        let mut steps = Vec::new();
+        let mut total = 0;
+        for pc in (0..depth).step_by(kc) {
+            let len = step_len(kc.min(depth - pc));
+            steps.push((pc, total, len));
+            total += len;
+        }
         let mut words = Lines::default();
         let buf = words.words(total);
-        for ((pc, kc), &start) in depths().zip(&starts) {
-            pack_a(
-                kernel,
-                &a,
-                (0, rows),
-                (pc, kc),
-                &mut buf[start..][..step_len(kc)],
-            );
+        for &(pc, start, len) in &steps {
+            let k = (pc, kc.min(depth - pc));
+            pack_a(kernel, &a, (0, rows), k, &mut buf[start..][..len]);
         }
+        let starts = steps.iter().map(|&(_, start, _)| start).collect();
         PackedA {
             kernel,
             rows,
