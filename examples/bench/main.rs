@@ -6,7 +6,7 @@
 //! cargo run --release --example bench -- --quick       # checks the harness runs (seconds)
 //! cargo run --release --example bench -- --threads 4   # on a pool of 4 threads
 //! cargo run --release --example bench -- --scaling     # 1, 2, 4, ... threads: the scaling table
-//! cargo run --release --example bench -- --profile cnn # one model's mixed_bfloat16 op table (encoder, cnn, gpt, mlp)
+//! cargo run --release --example bench -- --profile cnn # one model's mixed_bfloat16 op table (encoder, cnn, gpt, mlp, mlp-b1024, stack)
 //! cargo run --release --example bench -- --profile encoder --policy float8_from_mixed_bfloat16
 //! ```
 
@@ -46,7 +46,7 @@ fn main() {
     let usage = || -> ! {
         eprintln!(
             "usage: bench [--quick] [--out FILE] [--only cpu|wgpu|cuda] [--python PATH] \
-             [--threads N] [--scaling] [--profile encoder|cnn|gpt|mlp|stack [--policy SPEC] [--pair]]"
+             [--threads N] [--scaling] [--profile encoder|cnn|gpt|mlp|mlp-b1024|stack [--policy SPEC] [--pair]]"
         );
         std::process::exit(2);
     };
@@ -143,6 +143,10 @@ fn main() {
             "cnn" => Workload::Cnn { batch: 64 },
             "gpt" => Workload::GPT_CPU,
             "mlp" => mlp,
+            "mlp-b1024" => Workload::Mlp {
+                width: 4096,
+                batch: 1024,
+            },
             "stack" => Workload::Stack {
                 width: 1024,
                 layers: 4,

@@ -32,9 +32,15 @@ pub(in crate::cpu::gemm) struct Grid {
 
 impl Grid {
     /// The grid of `problem` for `threads` threads: about [`TASKS_PER_THREAD`] tasks per
-    /// thread, row blocks of at most the blocking's `mc` rows, no block or chunk smaller
-    /// than one tile; of the ways to cut C so, the one that takes least by [`Grid::cost`].
-    /// One thread: one task.
+    /// thread, no block or chunk smaller than one tile, for AMX row blocks of at most the
+    /// blocking's `mc` rows; of the ways to cut C so, the one that takes least by
+    /// [`Grid::cost`]. One thread: one task.
+    ///
+    /// Goto's order runs any number of rows in one task, `mc` at a time, each column
+    /// block of B packed once for all of them: a task of more rows packs B fewer times
+    /// over the product (a transposed f32 weight, `g W^T`, costs about three times a
+    /// row-major one to pack). AMX walks its row block outermost and packs B at every
+    /// step, so its blocks keep to `mc` rows.
     pub fn new<A, B>(problem: &Problem<'_, A, B>, threads: usize) -> Grid
     where
         A: CpuFloat,
@@ -52,7 +58,10 @@ impl Grid {
         let (mr, nr) = (problem.kernel.mr(), problem.kernel.nr());
         let target = threads * TASKS_PER_THREAD;
         let (row_tiles, col_tiles) = (m.div_ceil(mr), n.div_ceil(nr));
-        let fewest = row_tiles.div_ceil((problem.blocking.mc / mr).max(1));
+        let fewest = match problem.kernel.amx_a() {
+            true => row_tiles.div_ceil((problem.blocking.mc / mr).max(1)),
+            false => 1,
+        };
         let most = target.max(fewest);
         (fewest..=row_tiles.min(most))
             .flat_map(|blocks| (1..=col_tiles.min(most)).map(move |chunks| (blocks, chunks)))

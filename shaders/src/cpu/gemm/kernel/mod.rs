@@ -138,6 +138,18 @@ impl Kernel {
         }
     }
 
+    /// Whether B's micro-panel may fill the whole L1 data cache rather than half of it:
+    /// the `vdpbf16ps` kernel reads 128 bytes of B per 24 instructions, which L2 feeds as
+    /// fast as the kernel runs, so a deeper k step halves the passes over C (the
+    /// driver's blocking).
+    pub(crate) fn b_panel_fills_l1(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self.kind == Kind::Avx512Pairs {
+            return true;
+        }
+        false
+    }
+
     /// Whether A is packed in the AMX layout (row-major along k, blocks of 32 k).
     pub(crate) fn amx_a(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
