@@ -31,13 +31,13 @@
 //! ```
 
 use half::{bf16, f16};
-use rayon::prelude::*;
 
 use super::Isa;
 use super::cast::{self, CpuFloat, Format};
 use super::erased::{Floats, FloatsMut, typed, typed_mut, typed_same};
 use super::multiversion::multiversion;
 use super::nn::math::small_int;
+use super::parallel;
 use crate::LaunchError;
 use crate::fp8::launch::BlockLayout;
 use crate::fp8::reference;
@@ -88,35 +88,32 @@ fn block_amax_typed<T: CpuFloat>(
 ) -> Result<Vec<u32>, LaunchError> {
     check_layout(values.len(), layout)?;
     let blocks = layout.num_blocks() as usize;
-    let partial: Vec<(usize, Vec<u32>)> = values
-        .par_chunks(CHUNK)
-        .enumerate()
-        .map(|(c, chunk)| {
-            let start = c * CHUNK;
-            let (first, last) = block_range(layout, start, start + chunk.len());
-            let mut amax = vec![0u32; last - first];
-            let mut buf = [0f32; BLOCK];
-            for_each_run(layout, start, start + chunk.len(), |run, block| {
-                let run = &chunk[run.start - start..run.end - start];
-                let best = match T::FORMAT {
-                    Format::F32 => abs_max(isa, cast::bits::<T, f32>(run)),
-                    Format::Bf16 => abs_max_bf16(isa, cast::bits::<T, u16>(run)),
-                    Format::F16 => run.chunks(BLOCK).fold(0, |best, piece| {
-                        let buf = &mut buf[..piece.len()];
-                        cast::convert_block(isa, piece, buf);
-                        best.max(abs_max(isa, buf))
-                    }),
-                };
-                // Rounding to nearest even is monotone and odd: the amax of the rounded
-                // values is the rounded amax (a NaN stays a NaN, which is all a scale
-                // reads of it).
-                let best = narrow(f32::from_bits(best), through).to_bits();
-                let slot = &mut amax[block - first];
-                *slot = (*slot).max(best);
-            });
-            (first, amax)
-        })
-        .collect();
+    let partial = parallel::map(values.len().div_ceil(CHUNK), |c| {
+        let chunk = parallel::chunk(values, CHUNK, c);
+        let start = c * CHUNK;
+        let (first, last) = block_range(layout, start, start + chunk.len());
+        let mut amax = vec![0u32; last - first];
+        let mut buf = [0f32; BLOCK];
+        for_each_run(layout, start, start + chunk.len(), |run, block| {
+            let run = &chunk[run.start - start..run.end - start];
+            let best = match T::FORMAT {
+                Format::F32 => abs_max(isa, cast::bits::<T, f32>(run)),
+                Format::Bf16 => abs_max_bf16(isa, cast::bits::<T, u16>(run)),
+                Format::F16 => run.chunks(BLOCK).fold(0, |best, piece| {
+                    let buf = &mut buf[..piece.len()];
+                    cast::convert_block(isa, piece, buf);
+                    best.max(abs_max(isa, buf))
+                }),
+            };
+            // Rounding to nearest even is monotone and odd: the amax of the rounded
+            // values is the rounded amax (a NaN stays a NaN, which is all a scale
+            // reads of it).
+            let best = narrow(f32::from_bits(best), through).to_bits();
+            let slot = &mut amax[block - first];
+            *slot = (*slot).max(best);
+        });
+        (first, amax)
+    });
     let mut amax = vec![0u32; blocks];
     for (first, part) in partial {
         for (slot, v) in amax[first..].iter_mut().zip(part) {
@@ -718,18 +715,15 @@ fn par_runs<A: Sync, B: Send>(
     output: &mut [B],
     f: impl Fn(usize, usize, &[A], &mut [B], &mut [f32; BLOCK]) + Sync,
 ) {
-    input
-        .par_chunks(CHUNK)
-        .zip(output.par_chunks_mut(CHUNK))
-        .enumerate()
-        .for_each(|(c, (x, o))| {
-            let start = c * CHUNK;
-            let mut buf = [0f32; BLOCK];
-            for_each_run(layout, start, start + x.len(), |run, block| {
-                let r = run.start - start..run.end - start;
-                f(run.start, block, &x[r.clone()], &mut o[r], &mut buf);
-            });
+    parallel::chunks(output, CHUNK, |c, o| {
+        let x = parallel::chunk(input, CHUNK, c);
+        let start = c * CHUNK;
+        let mut buf = [0f32; BLOCK];
+        for_each_run(layout, start, start + x.len(), |run, block| {
+            let r = run.start - start..run.end - start;
+            f(run.start, block, &x[r.clone()], &mut o[r], &mut buf);
         });
+    });
 }
 
 /// Calls `f(range, block)` for each maximal run of elements `start..end` that lies in one

@@ -15,7 +15,8 @@
 //! ```
 
 use bytemuck::Pod;
-use rayon::prelude::*;
+
+use super::parallel;
 
 /// Why a copy was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -159,38 +160,36 @@ fn copy_typed<T: Copy + Send + Sync>(
     let outer = &shape[..rank - 1];
     let outer_strides = &strides[..rank - 1];
     let rows_per_task = (CHUNK / row).max(1);
-    dst.par_chunks_mut(rows_per_task * row)
-        .enumerate()
-        .for_each(|(task, dst)| {
-            // The counters of the task's first row, and its offset.
-            let mut index = vec![0usize; outer.len()];
-            let mut at = offset as isize;
-            let mut first = task * rows_per_task;
+    parallel::chunks(dst, rows_per_task * row, |task, dst| {
+        // The counters of the task's first row, and its offset.
+        let mut index = vec![0usize; outer.len()];
+        let mut at = offset as isize;
+        let mut first = task * rows_per_task;
+        for d in (0..outer.len()).rev() {
+            index[d] = first % outer[d];
+            first /= outer[d];
+            at += index[d] as isize * outer_strides[d];
+        }
+        for out in dst.chunks_mut(row) {
+            if step == 1 {
+                let start = at as usize;
+                out.copy_from_slice(&src[start..start + row]);
+            } else {
+                for (i, v) in out.iter_mut().enumerate() {
+                    *v = src[(at + i as isize * step) as usize];
+                }
+            }
+            // Next row: the counters carry from the last outer dimension up.
             for d in (0..outer.len()).rev() {
-                index[d] = first % outer[d];
-                first /= outer[d];
-                at += index[d] as isize * outer_strides[d];
-            }
-            for out in dst.chunks_mut(row) {
-                if step == 1 {
-                    let start = at as usize;
-                    out.copy_from_slice(&src[start..start + row]);
-                } else {
-                    for (i, v) in out.iter_mut().enumerate() {
-                        *v = src[(at + i as isize * step) as usize];
-                    }
+                index[d] += 1;
+                at += outer_strides[d];
+                if index[d] < outer[d] {
+                    break;
                 }
-                // Next row: the counters carry from the last outer dimension up.
-                for d in (0..outer.len()).rev() {
-                    index[d] += 1;
-                    at += outer_strides[d];
-                    if index[d] < outer[d] {
-                        break;
-                    }
-                    at -= outer[d] as isize * outer_strides[d];
-                    index[d] = 0;
-                }
+                at -= outer[d] as isize * outer_strides[d];
+                index[d] = 0;
             }
-        });
+        }
+    });
     Ok(())
 }

@@ -14,6 +14,8 @@
 //! - [`nn`]: softmax, layer norm, GELU, elementwise arithmetic and dropout masks, each with
 //!   its backward pass, reading and writing any of the three formats and computing in f32;
 //! - [`optim`]: one-pass AdamW and the loss scaler's unscale-and-check, in place;
+//! - [`parallel`]: the loops every kernel above splits its work with, in which a caller
+//!   from outside rayon's pool works alongside the pool's threads;
 //! - [`Isa`]: which instruction set a kernel runs with, and the cache sizes its blocks are
 //!   sized from ([`caches`]), detected once and passed down.
 //!
@@ -35,5 +37,6 @@ mod multiversion;
 pub mod nn;
 pub mod optim;
 pub mod pages;
+pub mod parallel;
 
 pub use isa::Isa;

@@ -6,9 +6,9 @@
 //! gradient's columns, each phase's weight packed once per call).
 
 use burn::backend::flex::FlexTensor;
-use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::cast::{self, CpuFloat, Format};
 use burn_amp_kernels::cpu::conv::{self, ConvShape, GradPhase};
+use burn_amp_kernels::cpu::{Isa, parallel};
 use core::cell::Cell;
 use core::ops::Range;
 
@@ -16,7 +16,6 @@ use burn_amp_kernels::cpu::gemm::{self, Kernel, MatRef, PackedA, Threads};
 use burn_amp_kernels::cpu::layout::copy_strided;
 use burn_tensor::{DType, Shape};
 use bytemuck::Pod;
-use rayon::prelude::*;
 
 use super::super::ConvGeometry;
 use super::layout::contiguous;
@@ -200,7 +199,7 @@ impl ConvPlan {
         let runs = split.runs.iter().cloned();
         let jobs: Vec<_> = runs.zip(split.slices(&mut y, oc * l)).collect();
         match split.threads {
-            Threads::Caller => jobs.into_par_iter().for_each(run),
+            Threads::Caller => drop(parallel::map_each(jobs, run)),
             Threads::Pool => jobs.into_iter().for_each(run),
         }
         y
@@ -353,7 +352,7 @@ impl ConvPlan {
         let jobs: Vec<_> = split.runs.iter().cloned().zip(parts).collect();
         // Summed in the runs' order, whichever thread ends first.
         let runs: Vec<Sums> = match split.threads {
-            Threads::Caller => jobs.into_par_iter().map(run).collect(),
+            Threads::Caller => parallel::map_each(jobs, run),
             Threads::Pool => jobs.into_iter().map(run).collect(),
         };
         let Sums { dw, db } = runs

@@ -6,9 +6,8 @@
 use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::cast::CpuFloat;
 use burn_amp_kernels::cpu::gemm::{self, Kernel};
-use burn_amp_kernels::cpu::{Isa, cast};
+use burn_amp_kernels::cpu::{Isa, cast, parallel};
 use burn_tensor::{DType, Shape};
-use rayon::prelude::*;
 
 use super::tensor::{
     converted, flatten_rows, format, from_vec, matrix, reshaped, to_fill, values_f32,
@@ -223,12 +222,9 @@ fn column_sums(isa: Isa, g: &FlexTensor, dtype: DType) -> FlexTensor {
             acc
         };
         let chunk = (1usize << 16).div_ceil(cols.max(1)).max(1);
-        (0..rows.div_ceil(chunk))
-            .into_par_iter()
-            .map(|c| partial(c * chunk..rows.min((c + 1) * chunk)))
-            .collect::<Vec<_>>()
+        parallel::map(rows.div_ceil(chunk), |c| partial(c * chunk..rows.min((c + 1) * chunk)))
             .into_iter()
-            // The chunks' sums added in order: the same bits however rayon splits the work.
+            // The chunks' sums added in order: the same bits whichever thread ran which.
             .fold(vec![0f32; cols], |mut a, b| {
                 a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
                 a
@@ -309,9 +305,7 @@ where
             run(0, &mut c);
         }
     } else {
-        c.par_chunks_mut(m * n)
-            .enumerate()
-            .for_each(|(e, c)| run(e, c));
+        parallel::chunks(&mut c, m * n, run);
     }
     let mut shape = batch;
     shape.extend([m, n]);

@@ -29,10 +29,10 @@ pub(crate) mod x86;
 pub use widened_sum::{add_widened, sum_widened};
 
 use half::{bf16, f16};
-use rayon::prelude::*;
 
 use super::Isa;
 use super::erased::{Floats, FloatsMut, Sealed, typed, typed_mut};
+use super::parallel;
 
 /// The float formats the CPU kernels read and write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -179,9 +179,9 @@ fn convert_typed<S: CpuFloat, D: CpuFloat>(
     if src.len() <= CHUNK {
         convert_serial(isa, src, dst, stream);
     } else {
-        src.par_chunks(CHUNK)
-            .zip(dst.par_chunks_mut(CHUNK))
-            .for_each(|(s, d)| convert_serial(isa, s, d, stream));
+        parallel::chunks(dst, CHUNK, |c, d| {
+            convert_serial(isa, parallel::chunk(src, CHUNK, c), d, stream)
+        });
     }
     Ok(())
 }

@@ -3,8 +3,6 @@
 
 use core::ops::Range;
 
-use rayon::prelude::*;
-
 use super::{
     ConvError, ConvShape, check_len, clear_padding, inside_rows, product, rows_per_job, shifted_run,
 };
@@ -12,6 +10,7 @@ use crate::cpu::Isa;
 use crate::cpu::cast::{self, CpuFloat};
 use crate::cpu::erased::{Floats, FloatsMut, typed, typed_mut};
 use crate::cpu::multiversion::multiversion;
+use crate::cpu::parallel;
 
 /// One kernel entry along an axis that a phase's input positions receive from: output
 /// coordinate `t + offset` for phase coordinate `t`.
@@ -258,18 +257,15 @@ impl GradPhase {
             return Ok(());
         }
         let [ny, nx] = self.taps();
-        cols.par_chunks_mut(width)
-            .enumerate()
-            .with_min_len(rows_per_job(width))
-            .for_each(|(k, row)| {
-                let (o, ty, tx) = (k / (ny * nx), k / nx % ny, k % nx);
-                let (ys, y0) = self.reach(0, ty, oh);
-                let (xs, x0) = self.reach(1, tx, ow);
-                for (n, out) in samples.clone().zip(row.chunks_exact_mut(positions)) {
-                    let src = &dy[(n * out_channels + o) * plane..][..plane];
-                    self.shifted(isa, [oh, ow], src, (ys.clone(), y0), (xs.clone(), x0), out);
-                }
-            });
+        parallel::rows(cols, width, rows_per_job(width), |k, row| {
+            let (o, ty, tx) = (k / (ny * nx), k / nx % ny, k % nx);
+            let (ys, y0) = self.reach(0, ty, oh);
+            let (xs, x0) = self.reach(1, tx, ow);
+            for (n, out) in samples.clone().zip(row.chunks_exact_mut(positions)) {
+                let src = &dy[(n * out_channels + o) * plane..][..plane];
+                self.shifted(isa, [oh, ow], src, (ys.clone(), y0), (xs.clone(), x0), out);
+            }
+        });
         Ok(())
     }
 
@@ -395,28 +391,27 @@ fn store_typed<D: CpuFloat>(
     // Lines are gathered in f32 into a stage of whole lines and rounded a stage at a time:
     // a conversion per line of 16-32 values cost more in calls than in values.
     let stage = STAGE.max(w);
-    dx.par_chunks_mut(plane)
-        .enumerate()
-        .with_min_len(rows_per_job(plane))
-        .for_each_init(
-            || vec![0f32; stage.min(plane)],
-            |buf, (p, dst)| {
-                let (n, c) = (p / channels, p % channels);
-                let line = Lines {
-                    phases,
-                    products,
-                    first: c * count + n,
-                    out_channels,
-                };
-                let lines_per_stage = buf.len() / w;
-                for (s, out) in dst.chunks_mut(lines_per_stage * w).enumerate() {
-                    let staged = &mut buf[..out.len()];
-                    let first = s * lines_per_stage;
-                    gather_lines(isa, &line, [sy, sx], nx, w, first, staged);
-                    cast::convert_block(isa, staged, out);
-                }
-            },
-        );
+    let per_task = rows_per_job(plane);
+    parallel::chunks(dx, per_task * plane, |t, planes| {
+        let mut buf = vec![0f32; stage.min(plane)];
+        for (i, dst) in planes.chunks_mut(plane).enumerate() {
+            let p = t * per_task + i;
+            let (n, c) = (p / channels, p % channels);
+            let line = Lines {
+                phases,
+                products,
+                first: c * count + n,
+                out_channels,
+            };
+            let lines_per_stage = buf.len() / w;
+            for (s, out) in dst.chunks_mut(lines_per_stage * w).enumerate() {
+                let staged = &mut buf[..out.len()];
+                let first = s * lines_per_stage;
+                gather_lines(isa, &line, [sy, sx], nx, w, first, staged);
+                cast::convert_block(isa, staged, out);
+            }
+        }
+    });
     Ok(())
 }
 

@@ -24,11 +24,10 @@
 
 use core::ops::Range;
 
-use rayon::prelude::*;
-
 use super::Isa;
 use super::cast::{self, CpuFloat};
 use super::erased::{Floats, FloatsMut, typed, typed_mut};
+use super::parallel;
 
 mod input_grad;
 mod phases;
@@ -280,16 +279,14 @@ fn im2col_typed<S: CpuFloat, D: CpuFloat>(
     }
     if let Some(phases) = Phases::of(shape, [oh, ow]) {
         let planes = phases.split(isa, shape, x, samples);
-        cols.par_chunks_mut(width)
-            .enumerate()
-            .with_min_len(rows_per_job(width))
-            .for_each(|(k, row)| phases.row(isa, shape, &planes, k, row));
+        parallel::rows(cols, width, rows_per_job(width), |k, row| {
+            phases.row(isa, shape, &planes, k, row)
+        });
         return Ok(());
     }
-    cols.par_chunks_mut(width)
-        .enumerate()
-        .with_min_len(rows_per_job(width))
-        .for_each(|(k, row)| im2col_row(isa, shape, x, samples.clone(), k, row));
+    parallel::rows(cols, width, rows_per_job(width), |k, row| {
+        im2col_row(isa, shape, x, samples.clone(), k, row)
+    });
     Ok(())
 }
 
@@ -529,10 +526,9 @@ pub fn col2im(
     if h * w == 0 {
         return Ok(());
     }
-    dx.par_chunks_mut(h * w)
-        .enumerate()
-        .with_min_len(rows_per_job(h * w))
-        .for_each(|(p, plane)| col2im_plane(shape, dcols, width, p, plane));
+    parallel::rows(dx, h * w, rows_per_job(h * w), |p, plane| {
+        col2im_plane(shape, dcols, width, p, plane)
+    });
     Ok(())
 }
 

@@ -10,12 +10,11 @@
 
 use core::ops::Range;
 
-use rayon::prelude::*;
-
 use super::{ConvShape, rows_per_job, shifted_run, strided_copy};
 use crate::cpu::Isa;
 use crate::cpu::cast::{self, CpuFloat, Format};
 use crate::cpu::multiversion::multiversion;
+use crate::cpu::parallel;
 
 /// The phase planes of a strided convolution whose output is as wide as them.
 pub(super) struct Phases {
@@ -64,13 +63,9 @@ impl Phases {
         // Zeroed memory: the values past the image are left as they are.
         let mut phases = cast::zeroed::<S>(samples.len() * shape.channels * per);
         let first = samples.start * shape.channels;
-        phases
-            .par_chunks_mut(per)
-            .enumerate()
-            .with_min_len(rows_per_job(per))
-            .for_each(|(p, out)| {
-                self.split_plane(isa, [h, w], &x[(first + p) * h * w..][..h * w], out)
-            });
+        parallel::rows(&mut phases, per, rows_per_job(per), |p, out| {
+            self.split_plane(isa, [h, w], &x[(first + p) * h * w..][..h * w], out)
+        });
         phases
     }
 

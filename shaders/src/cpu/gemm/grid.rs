@@ -5,10 +5,9 @@
 //! batch) spreads over its columns, one of few columns (a large batch through a narrow
 //! layer) over its rows.
 
-use rayon::prelude::*;
-
 use super::{Problem, SendPtr, block};
 use crate::cpu::cast::CpuFloat;
+use crate::cpu::parallel;
 
 /// Tasks per thread the grid aims for, so that threads that finish early find more.
 const TASKS_PER_THREAD: usize = 2;
@@ -127,7 +126,7 @@ impl Grid {
         debug_assert_eq!(c.len(), self.m * self.n);
         let c = SendPtr(c.as_mut_ptr());
         let chunks = self.col_chunks();
-        (0..self.tasks()).into_par_iter().for_each(|task| {
+        parallel::for_each(self.tasks(), |task| {
             let (i, j) = (task / chunks, task % chunks);
             // SAFETY: `c` holds the m x n product; the blocks partition it, one task each.
             unsafe { block(problem, c, self.rows_of(i), self.cols_of(j)) };

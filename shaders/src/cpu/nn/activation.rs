@@ -4,11 +4,10 @@
 //! no arithmetic: with one 16-bit format in and out, it and its gradient run on the bits
 //! (the same values as the f32 path, neither widened nor rounded).
 
-use rayon::prelude::*;
-
 use crate::cpu::Isa;
 use crate::cpu::cast::{self, CpuFloat, Format};
 use crate::cpu::multiversion::multiversion;
+use crate::cpu::parallel;
 
 use super::math::{erf, exp};
 use super::{CHUNK, NnError, check, map_binary, map_unary};
@@ -86,10 +85,12 @@ pub fn relu<I: CpuFloat, O: CpuFloat>(isa: Isa, x: &[I], y: &mut [O]) -> Result<
     check("relu output", x.len(), y.len())?;
     match half_infinity(I::FORMAT, O::FORMAT) {
         // One 16-bit format in and out: the bits, neither widened nor rounded.
-        Some(inf) => cast::bits::<I, u16>(x)
-            .par_chunks(CHUNK)
-            .zip(cast::bits_mut::<O, u16>(y).par_chunks_mut(CHUNK))
-            .for_each(|(x, y)| relu_bits(isa, x, y, inf)),
+        Some(inf) => {
+            let x = cast::bits::<I, u16>(x);
+            parallel::chunks(cast::bits_mut::<O, u16>(y), CHUNK, |c, y| {
+                relu_bits(isa, parallel::chunk(x, CHUNK, c), y, inf)
+            })
+        }
         None => map_unary(isa, x, y, |b| relu_f32(isa, b)),
     }
     Ok(())
@@ -109,11 +110,13 @@ pub fn relu_backward<Y: CpuFloat, G: CpuFloat, O: CpuFloat>(
     check("relu input gradient", y.len(), dx.len())?;
     match half_infinity(Y::FORMAT, G::FORMAT).filter(|_| G::FORMAT == O::FORMAT) {
         // One 16-bit format for all three: the gradient's bits passed or cleared.
-        Some(inf) => cast::bits::<Y, u16>(y)
-            .par_chunks(CHUNK)
-            .zip(cast::bits::<G, u16>(grad).par_chunks(CHUNK))
-            .zip(cast::bits_mut::<O, u16>(dx).par_chunks_mut(CHUNK))
-            .for_each(|((y, g), dx)| relu_backward_bits(isa, y, g, dx, inf)),
+        Some(inf) => {
+            let (y, g) = (cast::bits::<Y, u16>(y), cast::bits::<G, u16>(grad));
+            parallel::chunks(cast::bits_mut::<O, u16>(dx), CHUNK, |c, dx| {
+                let (y, g) = (parallel::chunk(y, CHUNK, c), parallel::chunk(g, CHUNK, c));
+                relu_backward_bits(isa, y, g, dx, inf)
+            })
+        }
         None => map_binary(isa, y, grad, dx, |y, g| relu_backward_f32(isa, y, g)),
     }
     Ok(())

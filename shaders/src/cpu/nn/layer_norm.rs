@@ -3,12 +3,11 @@
 //! which gives the input's gradient and sums the gradients of `gamma` and `beta` over the
 //! rows in f32.
 
-use rayon::prelude::*;
-
 use crate::cpu::Isa;
 use crate::cpu::cast::{self, CpuFloat};
 use crate::cpu::erased::{Floats, FloatsMut, typed, typed_mut};
 use crate::cpu::multiversion::multiversion;
+use crate::cpu::parallel;
 
 use super::{NnError, check, check_rows, dot16, rows_per_task, sum16};
 
@@ -128,18 +127,20 @@ fn forward_typed<I: CpuFloat, O: CpuFloat>(
         rstd: vec![0.0; n],
     };
     let task = rows_per_task(row);
-    x.par_chunks(task * row)
-        .zip(y.par_chunks_mut(task * row))
-        .zip(stats.mean.par_chunks_mut(task))
-        .zip(stats.rstd.par_chunks_mut(task))
-        .for_each(|(((x, y), mean), rstd)| {
+    parallel::chunks3(
+        (y, task * row),
+        (&mut stats.mean, task),
+        (&mut stats.rstd, task),
+        |t, y, mean, rstd| {
+            let x = parallel::chunk(x, task * row, t);
             let mut buf = vec![0f32; row];
             for (i, (x, y)) in x.chunks(row).zip(y.chunks_mut(row)).enumerate() {
                 cast::convert_block(isa, x, &mut buf);
                 (mean[i], rstd[i]) = forward_row(isa, &mut buf, gamma, beta, eps);
                 cast::convert_block(isa, &buf, y);
             }
-        });
+        },
+    );
     Ok(stats)
 }
 
@@ -193,35 +194,37 @@ fn backward_typed<X: CpuFloat, G: CpuFloat, O: CpuFloat>(
     check("means", n, stats.mean.len())?;
     check("deviations", n, stats.rstd.len())?;
     let task = rows_per_task(row);
-    // Each task sums its rows' terms; the tasks' sums are added in order, so the result
-    // does not depend on how rayon schedules them.
-    let partials: Vec<(Vec<f32>, Vec<f32>)> = x
-        .par_chunks(task * row)
-        .zip(dy.par_chunks(task * row))
-        .zip(dx.par_chunks_mut(task * row))
-        .zip(stats.mean.par_chunks(task))
-        .zip(stats.rstd.par_chunks(task))
-        .map(|((((x, dy), dx), mean), rstd)| {
-            let (mut dgamma, mut dbeta) = (vec![0f32; row], vec![0f32; row]);
-            let (mut wx, mut wg) = (vec![0f32; row], vec![0f32; row]);
-            let rows = x.chunks(row).zip(dy.chunks(row)).zip(dx.chunks_mut(row));
-            for (i, ((x, dy), dx)) in rows.enumerate() {
-                cast::convert_block(isa, x, &mut wx);
-                cast::convert_block(isa, dy, &mut wg);
-                backward_row(
-                    isa,
-                    &mut wx,
-                    &mut wg,
-                    gamma,
-                    (mean[i], rstd[i]),
-                    &mut dgamma,
-                    &mut dbeta,
-                );
-                cast::convert_block(isa, &wg, dx);
-            }
-            (dgamma, dbeta)
-        })
-        .collect();
+    // Each task sums its rows' terms into its own slot; the slots are added in order, so
+    // the result does not depend on which thread ran which task.
+    let mut partials = vec![(Vec::new(), Vec::new()); n.div_ceil(task)];
+    parallel::chunks2((dx, task * row), (&mut partials, 1), |t, dx, partial| {
+        let (x, dy) = (
+            parallel::chunk(x, task * row, t),
+            parallel::chunk(dy, task * row, t),
+        );
+        let (mean, rstd) = (
+            parallel::chunk(&stats.mean, task, t),
+            parallel::chunk(&stats.rstd, task, t),
+        );
+        let (mut dgamma, mut dbeta) = (vec![0f32; row], vec![0f32; row]);
+        let (mut wx, mut wg) = (vec![0f32; row], vec![0f32; row]);
+        let rows = x.chunks(row).zip(dy.chunks(row)).zip(dx.chunks_mut(row));
+        for (i, ((x, dy), dx)) in rows.enumerate() {
+            cast::convert_block(isa, x, &mut wx);
+            cast::convert_block(isa, dy, &mut wg);
+            backward_row(
+                isa,
+                &mut wx,
+                &mut wg,
+                gamma,
+                (mean[i], rstd[i]),
+                &mut dgamma,
+                &mut dbeta,
+            );
+            cast::convert_block(isa, &wg, dx);
+        }
+        partial[0] = (dgamma, dbeta);
+    });
     let (mut dgamma, mut dbeta) = (vec![0f32; row], vec![0f32; row]);
     for (g, b) in &partials {
         dgamma.iter_mut().zip(g).for_each(|(a, g)| *a += g);

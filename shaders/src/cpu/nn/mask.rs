@@ -4,9 +4,8 @@
 //! expanded. The values are copied as they are (any dtype): the op is its own gradient's
 //! too, the output's gradient filled with zero where the mask is set.
 
-use rayon::prelude::*;
-
 use super::{CHUNK, NnError, check};
+use crate::cpu::parallel;
 
 /// Where a mask's bytes lie for each element of the tensor it masks: element
 /// `(i_0, ..., i_{r-1})` of the row-major tensor of shape `shape` reads byte
@@ -111,25 +110,23 @@ pub fn mask_fill<T: Copy + Send + Sync>(
         at as usize
     };
     let rows_per_job = CHUNK.div_ceil(row).max(1);
-    x.par_chunks(rows_per_job * row)
-        .zip(out.par_chunks_mut(rows_per_job * row))
-        .enumerate()
-        .for_each(|(job, (x, out))| {
-            for (i, (x, out)) in x.chunks(row).zip(out.chunks_mut(row)).enumerate() {
-                let at = start(job * rows_per_job + i);
-                match step {
-                    1 => fill_row(x, &mask[at..at + row], value, out),
-                    0 if mask[at] != 0 => out.fill(value),
-                    0 => out.copy_from_slice(x),
-                    _ => {
-                        for (j, (x, out)) in x.iter().zip(out.iter_mut()).enumerate() {
-                            let m = mask[(at as isize + j as isize * step) as usize];
-                            *out = if m != 0 { value } else { *x };
-                        }
+    parallel::chunks(out, rows_per_job * row, |job, out| {
+        let x = parallel::chunk(x, rows_per_job * row, job);
+        for (i, (x, out)) in x.chunks(row).zip(out.chunks_mut(row)).enumerate() {
+            let at = start(job * rows_per_job + i);
+            match step {
+                1 => fill_row(x, &mask[at..at + row], value, out),
+                0 if mask[at] != 0 => out.fill(value),
+                0 => out.copy_from_slice(x),
+                _ => {
+                    for (j, (x, out)) in x.iter().zip(out.iter_mut()).enumerate() {
+                        let m = mask[(at as isize + j as isize * step) as usize];
+                        *out = if m != 0 { value } else { *x };
                     }
                 }
             }
-        });
+        }
+    });
     Ok(())
 }
 

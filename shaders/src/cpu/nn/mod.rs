@@ -5,7 +5,8 @@
 //! and computes in f32 a block at a time (a block of each operand converted on the stack with
 //! the [`cast`] kernels, so a bf16 or f16 tensor costs one pass, not a
 //! conversion per value), sums in f32, and writes its result in the format asked for; each
-//! has its backward pass here too. Long tensors are split over rayon's threads.
+//! has its backward pass here too. Long tensors are split over the thread pool
+//! ([`parallel`]).
 //!
 //! The f32 arithmetic is written once and compiled for AVX-512F, for AVX2 + FMA and for no
 //! extension (`multiversion`); the portable copy is the reference, and the tests hold the
@@ -39,13 +40,12 @@ pub use mask::{MaskLayout, mask_fill};
 pub use random::{bernoulli, philox4x32_10, uniform};
 pub use softmax::{log_softmax, log_softmax_backward, softmax, softmax_backward};
 
-use rayon::prelude::*;
-
 use super::Isa;
 use super::cast::{self, CpuFloat};
 use super::erased::{Floats, FloatsMut, typed, typed_mut};
 
 use super::multiversion::multiversion;
+use super::parallel;
 
 /// Why an `nn` kernel was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -139,17 +139,16 @@ fn map_unary_typed<I: CpuFloat, O: CpuFloat>(
     f: &(dyn Fn(&mut [f32]) + Sync),
 ) {
     debug_assert_eq!(x.len(), out.len());
-    x.par_chunks(CHUNK)
-        .zip(out.par_chunks_mut(CHUNK))
-        .for_each(|(x, out)| {
-            let mut buf = [0f32; BLOCK];
-            for (x, out) in x.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
-                let buf = &mut buf[..x.len()];
-                cast::convert_block(isa, x, buf);
-                f(buf);
-                cast::convert_block(isa, &*buf, out);
-            }
-        });
+    parallel::chunks(out, CHUNK, |c, out| {
+        let x = parallel::chunk(x, CHUNK, c);
+        let mut buf = [0f32; BLOCK];
+        for (x, out) in x.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
+            let buf = &mut buf[..x.len()];
+            cast::convert_block(isa, x, buf);
+            f(buf);
+            cast::convert_block(isa, &*buf, out);
+        }
+    });
 }
 
 /// `out = f(a, b)` a block at a time: `f` gets f32 copies of a block of each and leaves the
@@ -186,23 +185,21 @@ fn map_binary_typed<A: CpuFloat, B: CpuFloat, O: CpuFloat>(
     f: &(dyn Fn(&[f32], &mut [f32]) + Sync),
 ) {
     debug_assert!(a.len() == out.len() && b.len() == out.len());
-    a.par_chunks(CHUNK)
-        .zip(b.par_chunks(CHUNK))
-        .zip(out.par_chunks_mut(CHUNK))
-        .for_each(|((a, b), out)| {
-            let (mut wa, mut wb) = ([0f32; BLOCK], [0f32; BLOCK]);
-            for ((a, b), out) in a
-                .chunks(BLOCK)
-                .zip(b.chunks(BLOCK))
-                .zip(out.chunks_mut(BLOCK))
-            {
-                let (wa, wb) = (&mut wa[..a.len()], &mut wb[..a.len()]);
-                cast::convert_block(isa, a, wa);
-                cast::convert_block(isa, b, wb);
-                f(wa, wb);
-                cast::convert_block(isa, &*wb, out);
-            }
-        });
+    parallel::chunks(out, CHUNK, |c, out| {
+        let (a, b) = (parallel::chunk(a, CHUNK, c), parallel::chunk(b, CHUNK, c));
+        let (mut wa, mut wb) = ([0f32; BLOCK], [0f32; BLOCK]);
+        for ((a, b), out) in a
+            .chunks(BLOCK)
+            .zip(b.chunks(BLOCK))
+            .zip(out.chunks_mut(BLOCK))
+        {
+            let (wa, wb) = (&mut wa[..a.len()], &mut wb[..a.len()]);
+            cast::convert_block(isa, a, wa);
+            cast::convert_block(isa, b, wb);
+            f(wa, wb);
+            cast::convert_block(isa, &*wb, out);
+        }
+    });
 }
 
 /// Rows a task works on, for rows of `row` values: about `CHUNK` values a task.

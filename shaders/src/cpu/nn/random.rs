@@ -4,11 +4,10 @@
 //! the same whatever the number of threads. Each call takes a fresh 64-bit key (the glue
 //! draws it from the backend's own generator, so `Backend::seed` makes runs repeatable).
 
-use rayon::prelude::*;
-
 use crate::cpu::Isa;
 use crate::cpu::cast::{self, CpuFloat};
 use crate::cpu::erased::{FloatsMut, typed_mut};
+use crate::cpu::parallel;
 
 use crate::cpu::multiversion::multiversion;
 
@@ -92,16 +91,14 @@ fn fill<T: CpuFloat>(
     out: &mut [T],
     f: impl Fn(&[u32; BLOCK], &mut [T]) + Sync,
 ) {
-    out.par_chunks_mut(CHUNK)
-        .enumerate()
-        .for_each(|(c, chunk)| {
-            let mut words = [0u32; BLOCK];
-            for (b, values) in chunk.chunks_mut(BLOCK).enumerate() {
-                let first = ((c * CHUNK + b * BLOCK) / BLOCK * LANES) as u64;
-                philox_block(isa, first, key, &mut words);
-                f(&words, values);
-            }
-        });
+    parallel::chunks(out, CHUNK, |c, chunk| {
+        let mut words = [0u32; BLOCK];
+        for (b, values) in chunk.chunks_mut(BLOCK).enumerate() {
+            let first = ((c * CHUNK + b * BLOCK) / BLOCK * LANES) as u64;
+            philox_block(isa, first, key, &mut words);
+            f(&words, values);
+        }
+    });
 }
 
 /// Fills `out` with Bernoulli(`p`) draws, 1 with probability `p` and 0 otherwise: value `v`

@@ -4,12 +4,11 @@
 //! A row holding NaN gives NaN throughout; a row of only `-inf` (fully masked) gives NaN,
 //! as Burn's and PyTorch's softmax do.
 
-use rayon::prelude::*;
-
 use crate::cpu::Isa;
 use crate::cpu::cast::{self, CpuFloat};
 use crate::cpu::erased::{Floats, FloatsMut, typed, typed_mut};
 use crate::cpu::multiversion::multiversion;
+use crate::cpu::parallel;
 
 use super::math::exp;
 use super::{NnError, check, check_rows, dot, fold, rows_per_task, sum};
@@ -120,16 +119,15 @@ fn rows_typed<I: CpuFloat, O: CpuFloat>(
     f: &(dyn Fn(&mut [f32]) + Sync),
 ) {
     let task = rows_per_task(row) * row;
-    x.par_chunks(task)
-        .zip(y.par_chunks_mut(task))
-        .for_each(|(x, y)| {
-            let mut buf = vec![0f32; row];
-            for (x, y) in x.chunks(row).zip(y.chunks_mut(row)) {
-                cast::convert_block(isa, x, &mut buf);
-                f(&mut buf);
-                cast::convert_block(isa, &buf, y);
-            }
-        });
+    parallel::chunks(y, task, |t, y| {
+        let x = parallel::chunk(x, task, t);
+        let mut buf = vec![0f32; row];
+        for (x, y) in x.chunks(row).zip(y.chunks_mut(row)) {
+            cast::convert_block(isa, x, &mut buf);
+            f(&mut buf);
+            cast::convert_block(isa, &buf, y);
+        }
+    });
 }
 
 /// Runs `f` on f32 copies of each row of `a` and `b` and writes the row it leaves in the
@@ -169,18 +167,16 @@ fn rows2_typed<A: CpuFloat, B: CpuFloat, O: CpuFloat>(
     f: &(dyn Fn(&mut [f32], &mut [f32]) + Sync),
 ) {
     let task = rows_per_task(row) * row;
-    a.par_chunks(task)
-        .zip(b.par_chunks(task))
-        .zip(out.par_chunks_mut(task))
-        .for_each(|((a, b), out)| {
-            let (mut wa, mut wb) = (vec![0f32; row], vec![0f32; row]);
-            for ((a, b), out) in a.chunks(row).zip(b.chunks(row)).zip(out.chunks_mut(row)) {
-                cast::convert_block(isa, a, &mut wa);
-                cast::convert_block(isa, b, &mut wb);
-                f(&mut wa, &mut wb);
-                cast::convert_block(isa, &wb, out);
-            }
-        });
+    parallel::chunks(out, task, |t, out| {
+        let (a, b) = (parallel::chunk(a, task, t), parallel::chunk(b, task, t));
+        let (mut wa, mut wb) = (vec![0f32; row], vec![0f32; row]);
+        for ((a, b), out) in a.chunks(row).zip(b.chunks(row)).zip(out.chunks_mut(row)) {
+            cast::convert_block(isa, a, &mut wa);
+            cast::convert_block(isa, b, &mut wb);
+            f(&mut wa, &mut wb);
+            cast::convert_block(isa, &wb, out);
+        }
+    });
 }
 
 fn check_all(len: usize, row: usize, others: &[(&'static str, usize)]) -> Result<(), NnError> {

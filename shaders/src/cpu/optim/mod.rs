@@ -27,11 +27,10 @@
 
 mod loops;
 
-use rayon::prelude::*;
-
 use super::Isa;
 use super::cast::CpuFloat;
 use super::erased::{Floats, typed};
+use super::parallel;
 
 /// Why an optimizer kernel was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -189,12 +188,9 @@ fn adamw_typed<G: CpuFloat>(
     if n <= CHUNK {
         run(param, grad, m, v);
     } else {
-        param
-            .par_chunks_mut(CHUNK)
-            .zip(grad.par_chunks(CHUNK))
-            .zip(m.par_chunks_mut(CHUNK))
-            .zip(v.par_chunks_mut(CHUNK))
-            .for_each(|(((p, g), m), v)| run(p, g, m, v));
+        parallel::chunks3((param, CHUNK), (m, CHUNK), (v, CHUNK), |c, p, m, v| {
+            run(p, parallel::chunk(grad, CHUNK, c), m, v)
+        });
     }
     Ok(())
 }
@@ -213,7 +209,11 @@ fn count_nonfinite_typed<T: CpuFloat>(isa: Isa, values: &[T]) -> usize {
     if values.len() <= CHUNK {
         run(values)
     } else {
-        values.par_chunks(CHUNK).map(run).sum()
+        parallel::map(values.len().div_ceil(CHUNK), |c| {
+            run(parallel::chunk(values, CHUNK, c))
+        })
+        .into_iter()
+        .sum()
     }
 }
 
@@ -223,6 +223,6 @@ pub fn unscale(isa: Isa, values: &mut [f32], scale: f32) {
     if values.len() <= CHUNK {
         run(values)
     } else {
-        values.par_chunks_mut(CHUNK).for_each(run)
+        parallel::chunks(values, CHUNK, |_, chunk| run(chunk))
     }
 }
