@@ -96,6 +96,32 @@ class Gpt(nn.Module):
         return self.head(self.norm(h)).flatten(0, 1)
 
 
+class NormCnn(nn.Module):
+    """The bench's CNN with the layers image models usually have (examples/bench/models.rs):
+    a 3x3 convolution and batch norm, a depthwise 3x3 and a pointwise convolution with
+    batch norm, a 2x2 max pool, a 2x2 transposed convolution of stride 2, a 3x3
+    convolution, ReLU after each block, a global average pool and a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 32, 3, padding=1)
+        self.stem_norm = nn.BatchNorm2d(32)
+        self.depthwise = nn.Conv2d(32, 32, 3, padding=1, groups=32)
+        self.pointwise = nn.Conv2d(32, 64, 1)
+        self.block_norm = nn.BatchNorm2d(64)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.up = nn.ConvTranspose2d(64, 32, 2, stride=2)
+        self.conv = nn.Conv2d(32, 32, 3, padding=1)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.stem_norm(self.stem(x)))
+        x = self.pool(torch.relu(self.block_norm(self.pointwise(self.depthwise(x)))))
+        x = torch.relu(self.up(x))
+        x = torch.relu(self.conv(x))
+        return self.head(x.mean((2, 3)))
+
+
 def images(shape, device):
     """Uniform inputs of `shape` and one class in 0..10 per sample."""
     return torch.rand(*shape, device=device), torch.randint(0, 10, (shape[0],), device=device)
@@ -117,10 +143,20 @@ WORKLOADS = {
         (16, 128, 32),
     ),
     "cnn": ("CNN 3x3 convs 32-64-64 on 32x32x3, batch 64", Cnn, (64, 3, 32, 32)),
+    "norm-cnn": (
+        "CNN with batch norm, depthwise, max pool and transposed convs on 32x32x3, batch 32",
+        NormCnn,
+        (32, 3, 32, 32),
+    ),
     "gpt": (
         "GPT example, cpu preset: decoder d=128 x4, 4 heads, context 64, batch 12",
         Gpt,
         (12, 64),
+    ),
+    "gpt-200": (
+        "GPT-shaped burn-nn decoder d=200 x3, 4 heads, context 100, batch 24",
+        lambda: Gpt(200, 3, 4, 100),
+        (24, 100),
     ),
     # The GPU suite's shapes (examples/gpu_suite): the MLP at batch 1024 and the encoder
     # stack at d=1024 x8, seq 1024, batch 8.
@@ -201,7 +237,7 @@ def main():
     parser.add_argument(
         "--workloads",
         default="mlp,encoder",
-        help="comma-separated: mlp, mlp-b1024, stack, encoder, cnn, gpt, mlp-gpu, encoder-gpu",
+        help="comma-separated: mlp, mlp-b1024, stack, encoder, cnn, norm-cnn, gpt, gpt-200, mlp-gpu, encoder-gpu",
     )
     parser.add_argument(
         "--quick", action="store_true", help="tiny sizes: checks the script runs, figures meaningless"
@@ -229,9 +265,11 @@ def main():
     print("| Workload | Policy | float32 step, ms | mixed step, ms | mixed / float32 |")
     print("|---|---|---|---|---|")
     for policy, dtype in dtypes.items():
-        for label, build, shape in (WORKLOADS[w] for w in names):
+        for key in names:
+            label, build, shape = WORKLOADS[key]
             torch.manual_seed(1)
-            x, y = (tokens if build is Gpt else images)(shape, device)
+            # The GPT workloads take byte tokens, the others images.
+            x, y = (tokens if key.startswith("gpt") and not args.quick else images)(shape, device)
             torch.manual_seed(2)
             base = Trainer(build(), x, y, device, None)
             torch.manual_seed(2)

@@ -88,7 +88,9 @@ pub fn rows(quick: bool, runs: usize, torch: &mut Torch) -> (Vec<Row>, String, O
                 Some("encoder"),
             ),
             (Workload::Cnn { batch: 64 }, false, Some("cnn")),
+            (Workload::NormCnn { batch: 32 }, false, Some("norm-cnn")),
             (Workload::GPT_CPU, false, Some("gpt")),
+            (Workload::GPT_200, false, Some("gpt-200")),
         ]
     };
     for (workload, detailed, _) in workloads.iter().copied() {
@@ -512,8 +514,8 @@ fn kernel_name() -> &'static str {
 /// step on up to 2 cores, 1.5x on more).
 fn torch_goal(workload: Workload) -> f64 {
     match workload {
-        Workload::Cnn { .. } if rayon::current_num_threads() <= 2 => 1.2,
-        Workload::Cnn { .. } => 1.5,
+        Workload::Cnn { .. } | Workload::NormCnn { .. } if rayon::current_num_threads() <= 2 => 1.2,
+        Workload::Cnn { .. } | Workload::NormCnn { .. } => 1.5,
         _ => 1.0,
     }
 }
@@ -529,7 +531,7 @@ fn step_goal(policy: &str, workload: Workload) -> f64 {
         (_, Workload::Mlp { .. }) => 0.65,
         (_, Workload::Stack { .. }) => 0.75,
         (_, Workload::Encoder { .. } | Workload::Gpt { .. }) => 0.40,
-        (_, Workload::Cnn { .. }) => 0.60,
+        (_, Workload::Cnn { .. } | Workload::NormCnn { .. }) => 0.60,
     }
 }
 
@@ -665,9 +667,13 @@ fn step_rows(name: &str, workload: Workload, b: &Phases, m: &Phases, opt: Opt) -
         // scale) no slower than float32.
         let goal = match (name, workload) {
             ("mixed_float16", _) => 1.0,
-            (_, Workload::Encoder { .. } | Workload::Cnn { .. } | Workload::Gpt { .. }) => {
-                step_goal(name, workload)
-            }
+            (
+                _,
+                Workload::Encoder { .. }
+                | Workload::Cnn { .. }
+                | Workload::NormCnn { .. }
+                | Workload::Gpt { .. },
+            ) => step_goal(name, workload),
             _ if has_bf16_dot() => 0.80,
             _ => 1.0,
         };

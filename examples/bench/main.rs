@@ -6,7 +6,7 @@
 //! cargo run --release --example bench -- --quick       # checks the harness runs (seconds)
 //! cargo run --release --example bench -- --threads 4   # on a pool of 4 threads
 //! cargo run --release --example bench -- --scaling     # 1, 2, 4, ... threads: the scaling table
-//! cargo run --release --example bench -- --profile cnn # one model's mixed_bfloat16 op table (encoder, cnn, gpt, mlp, mlp-b1024, stack)
+//! cargo run --release --example bench -- --profile cnn # one model's mixed_bfloat16 op table (encoder, cnn, norm-cnn, gpt, gpt-200, mlp, mlp-b1024, stack)
 //! cargo run --release --example bench -- --profile encoder --policy float8_from_mixed_bfloat16
 //! ```
 
@@ -46,7 +46,7 @@ fn main() {
     let usage = || -> ! {
         eprintln!(
             "usage: bench [--quick] [--out FILE] [--only cpu|wgpu|cuda] [--python PATH] \
-             [--threads N] [--scaling] [--profile encoder|cnn|gpt|mlp|mlp-b1024|stack [--policy SPEC] [--pair]]"
+             [--threads N] [--scaling] [--profile encoder|cnn|norm-cnn|gpt|gpt-200|mlp|mlp-b1024|stack [--policy SPEC] [--pair]]"
         );
         std::process::exit(2);
     };
@@ -141,7 +141,9 @@ fn main() {
         let workload = match name.as_str() {
             "encoder" => encoder,
             "cnn" => Workload::Cnn { batch: 64 },
+            "norm-cnn" => Workload::NormCnn { batch: 32 },
             "gpt" => Workload::GPT_CPU,
+            "gpt-200" => Workload::GPT_200,
             "mlp" => mlp,
             "mlp-b1024" => Workload::Mlp {
                 width: 4096,
@@ -200,7 +202,9 @@ fn main() {
             vec![
                 encoder,
                 models::Workload::Cnn { batch: 64 },
+                models::Workload::NormCnn { batch: 32 },
                 models::Workload::GPT_CPU,
+                models::Workload::GPT_200,
             ]
         };
         extra.push_str(&profile::section(&profiled, runs.min(3)));

@@ -84,8 +84,9 @@ pub(crate) fn convert<B: Backend>(
 }
 
 /// A promote-class arithmetic op (`float_add`, ...): the operands meet in the widest dtype;
-/// 16-bit operands then run on burn-amp's elementwise kernels where the policy routes (one
-/// pass, where Flex converts value by value), anything else on `inner` (the backend's op).
+/// 16-bit operands, and f32 operands of two shapes that broadcast, then run on burn-amp's
+/// elementwise kernels where the policy routes (one pass, where Flex converts or indexes
+/// value by value), anything else on `inner` (the backend's op).
 pub(crate) fn arithmetic<B: Backend>(
     op: BinaryOp,
     row: OpRow,
@@ -97,7 +98,10 @@ pub(crate) fn arithmetic<B: Backend>(
     let [lhs, rhs] = to_widest::<B, 2>([lhs, rhs], &context);
     let runs_in = lhs.dtype();
     let _op = row.record(Some(runs_in));
-    if is_reduced(runs_in.into())
+    // f32 operands of two shapes too (a batch norm's `x - mean`): the backend's broadcast
+    // path runs value by value. The IEEE operation gives the same bits either way.
+    let broadcast = lhs.shape() != rhs.shape();
+    if (is_reduced(runs_in.into()) || (broadcast && runs_in == DType::F32))
         && let Some(ops) = context.routed_ops()
     {
         return match (ops.binary)(ops.isa, op, lhs, rhs) {

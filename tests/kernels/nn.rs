@@ -631,7 +631,11 @@ fn ordered<T>(swap: bool, x: T, y: T) -> (T, T) {
 }
 
 /// `x op y` for the four arithmetic ops, on any backend.
-fn arithmetic<B: Backend>(op: usize, x: Tensor<B, 2>, y: Tensor<B, 2>) -> Tensor<B, 2> {
+fn arithmetic<B: Backend, const D: usize>(
+    op: usize,
+    x: Tensor<B, D>,
+    y: Tensor<B, D>,
+) -> Tensor<B, D> {
     match op {
         0 => x + y,
         1 => x - y,
@@ -642,6 +646,8 @@ fn arithmetic<B: Backend>(op: usize, x: Tensor<B, 2>, y: Tensor<B, 2>) -> Tensor
 
 #[test]
 fn broadcast_operands_run_on_the_kernels_and_get_their_gradients_summed_back() {
+    // f32 operands too: a batch norm's `x - mean` meets its f32 statistics in f32, which
+    // Flex's broadcast path runs value by value; the IEEE operation gives Flex's bits.
     let (rows, cols) = (6, 11);
     // Away from 0, so that either side may divide.
     let a: Vec<f32> = Lcg::new(8)
@@ -654,7 +660,7 @@ fn broadcast_operands_run_on_the_kernels_and_get_their_gradients_summed_back() {
     let device = Default::default();
     for policy in MIXED {
         let parsed: Policy = policy.parse().unwrap();
-        for dtype in [FloatDType::BF16, FloatDType::F16] {
+        for dtype in [FloatDType::F32, FloatDType::BF16, FloatDType::F16] {
             for op in 0..4 {
                 for row_first in [false, true] {
                     let what = format!("op {op}, row first {row_first} ({policy}, {dtype:?})");
@@ -692,8 +698,15 @@ fn broadcast_operands_run_on_the_kernels_and_get_their_gradients_summed_back() {
                     let out = arithmetic(op, x, y);
                     let wt = Tensor::<Bare, 2>::from_data(rounded(&w, [rows, cols]), &device);
                     let grads = (out.clone() * wt).sum().backward();
-                    let tol = 1.0 / 128.0;
-                    assert_close(&format!("{what}: output"), &ours.0, &values(out), tol, 1e-3);
+                    // f32: the output exactly Flex's, the gradients within a few f32
+                    // roundings (a quotient's derivative in another order of operations,
+                    // the broadcast operand's sums in another order).
+                    let (tol_out, tol) = match dtype {
+                        FloatDType::F32 => (0.0, 1e-5),
+                        _ => (1.0 / 128.0, 1.0 / 128.0),
+                    };
+                    let out = values(out);
+                    assert_close(&format!("{what}: output"), &ours.0, &out, tol_out, 1e-3);
                     let ga = values(at.grad(&grads).unwrap());
                     assert_close(
                         &format!("{what}: full operand's gradient"),
@@ -706,6 +719,64 @@ fn broadcast_operands_run_on_the_kernels_and_get_their_gradients_summed_back() {
                     assert_close(&format!("{what}: row's gradient"), &ours.2, &gr, tol, 1e-3);
                 }
             }
+        }
+    }
+}
+
+#[test]
+fn batch_norm_shaped_f32_broadcasts_run_on_the_kernels_with_flex_values() {
+    // `x [n, c, h, w] op s [1, c, 1, 1]` in f32, as burn-nn's BatchNorm writes it, under
+    // each mixed policy: the values of Flex's op bit for bit, and the gradients of both.
+    let dims = [3, 4, 5, 6];
+    let n: usize = dims.iter().product();
+    let x: Vec<f32> = Lcg::new(21).vec(n, 3.0);
+    let s: Vec<f32> = Lcg::new(22).vec(4, 1.0).iter().map(|v| v + 2.0).collect();
+    let w = Lcg::new(23).vec(n, 1.0);
+    let device = Default::default();
+    for policy in MIXED {
+        let parsed: Policy = policy.parse().unwrap();
+        for op in 0..4 {
+            let what = format!("op {op} ({policy})");
+            let (ours, profile) = cost::profile(|| {
+                with_policy(parsed, || {
+                    let xt = tensor::<Ad, 4>(&x, dims, FloatDType::F32).require_grad();
+                    let st = tensor::<Ad, 4>(&s, [1, 4, 1, 1], FloatDType::F32).require_grad();
+                    let out = arithmetic(op, xt.clone(), st.clone());
+                    let wt = Tensor::<Ad, 4>::from_data(TensorData::new(w.clone(), dims), &device);
+                    let grads = (out.clone() * wt).sum().backward();
+                    let (gx, gs) = (xt.grad(&grads).unwrap(), st.grad(&grads).unwrap());
+                    assert_eq!(out.dtype(), DType::F32, "{what}: stays f32");
+                    (values(out), values(gx), values(gs))
+                })
+            });
+            assert!(
+                profile.entries().any(|e| e.op == "arithmetic (backward)"),
+                "{what}: burn-amp's kernels ran it: {profile}"
+            );
+            let xt = tensor::<Bare, 4>(&x, dims, FloatDType::F32).require_grad();
+            let st = tensor::<Bare, 4>(&s, [1, 4, 1, 1], FloatDType::F32).require_grad();
+            let out = arithmetic(op, xt.clone(), st.clone());
+            let wt = Tensor::<Bare, 4>::from_data(TensorData::new(w.clone(), dims), &device);
+            let grads = (out.clone() * wt).sum().backward();
+            assert_eq!(
+                common_bits(ours.0),
+                common_bits(values(out)),
+                "{what}: Flex's bits"
+            );
+            assert_close(
+                &format!("{what}: x's gradient"),
+                &ours.1,
+                &values(xt.grad(&grads).unwrap()),
+                1e-6,
+                1e-3,
+            );
+            assert_close(
+                &format!("{what}: the statistic's gradient"),
+                &ours.2,
+                &values(st.grad(&grads).unwrap()),
+                1e-5,
+                1e-3,
+            );
         }
     }
 }

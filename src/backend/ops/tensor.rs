@@ -264,7 +264,8 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         B::float_from_data(data, device)
     }
 
-    /// Promote class; 16-bit operands on burn-amp's kernels where the policy routes.
+    /// Promote class; 16-bit operands, and f32 ones that broadcast, on burn-amp's kernels
+    /// where the policy routes.
     fn float_add(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         autocast::arithmetic::<B>(BinaryOp::Add, ADD, lhs, rhs, B::float_add)
     }
