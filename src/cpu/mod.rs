@@ -50,13 +50,16 @@ pub(crate) type LinearFn<B> =
 pub(crate) type LayerNormArgs<B> = (FloatTensor<B>, FloatTensor<B>, Option<FloatTensor<B>>, f64);
 
 /// A convolution's geometry as a 2-d one (a 1-d convolution has height 1): stride,
-/// padding, dilation, groups.
+/// padding, dilation, groups, and for a transposed convolution its output padding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ConvGeometry {
     pub stride: [usize; 2],
     pub padding: [usize; 2],
     pub dilation: [usize; 2],
     pub groups: usize,
+    /// `Some(padding_out)`: a transposed convolution (weight `[in, out, kernel..]`), the
+    /// input gradient of the convolution with this geometry.
+    pub transposed: Option<[usize; 2]>,
 }
 
 impl From<burn_tensor::ops::ConvOptions<2>> for ConvGeometry {
@@ -66,6 +69,7 @@ impl From<burn_tensor::ops::ConvOptions<2>> for ConvGeometry {
             padding: o.padding,
             dilation: o.dilation,
             groups: o.groups,
+            transposed: None,
         }
     }
 }
@@ -77,6 +81,31 @@ impl From<burn_tensor::ops::ConvOptions<1>> for ConvGeometry {
             padding: [0, o.padding[0]],
             dilation: [1, o.dilation[0]],
             groups: o.groups,
+            transposed: None,
+        }
+    }
+}
+
+impl From<burn_tensor::ops::ConvTransposeOptions<2>> for ConvGeometry {
+    fn from(o: burn_tensor::ops::ConvTransposeOptions<2>) -> Self {
+        Self {
+            stride: o.stride,
+            padding: o.padding,
+            dilation: o.dilation,
+            groups: o.groups,
+            transposed: Some(o.padding_out),
+        }
+    }
+}
+
+impl From<burn_tensor::ops::ConvTransposeOptions<1>> for ConvGeometry {
+    fn from(o: burn_tensor::ops::ConvTransposeOptions<1>) -> Self {
+        Self {
+            stride: [1, o.stride[0]],
+            padding: [0, o.padding[0]],
+            dilation: [1, o.dilation[0]],
+            groups: o.groups,
+            transposed: Some([0, o.padding_out[0]]),
         }
     }
 }
@@ -97,6 +126,20 @@ pub(crate) type UnaryFn<B> = fn(Isa, FloatTensor<B>) -> Tried<B, FloatTensor<B>>
 
 /// A convolution, operands rounded to the format, in the dtype.
 pub(crate) type ConvFn<B> = fn(Isa, ConvArgs<B>, Format, DType) -> Tried<B, ConvArgs<B>>;
+
+/// A 2-d max pooling's window: kernel, stride, padding, dilation, and whether the output
+/// size rounds up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MaxPool2dArgs {
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+    pub ceil_mode: bool,
+}
+
+/// A 2-d max pooling, in the input's dtype; the input back when the kernel does not take it.
+pub(crate) type MaxPoolFn<B> = fn(Isa, FloatTensor<B>, MaxPool2dArgs) -> Tried<B, FloatTensor<B>>;
 
 /// Softmax (`true`: log-softmax).
 pub(crate) type SoftmaxFn<B> = fn(Isa, FloatTensor<B>, bool) -> Tried<B, FloatTensor<B>>;
@@ -158,9 +201,11 @@ pub(crate) struct RoutedOps<B: Backend> {
     pub cast: fn(Isa, FloatTensor<B>, FloatDType) -> FloatTensor<B>,
     pub matmul: MatmulFn<B>,
     pub linear: LinearFn<B>,
-    /// A 1-d or 2-d convolution (one group), operands rounded to the format, the result in
-    /// the dtype.
+    /// A 1-d or 2-d convolution, plain or transposed (one group), operands rounded to the
+    /// format, the result in the dtype.
     pub conv: ConvFn<B>,
+    /// A 2-d max pooling (its input's dtype; no indices: the autodiff op keeps its own).
+    pub max_pool2d: MaxPoolFn<B>,
     /// The loss scaler's unscale and finite check of a gradient (gradients are never
     /// autodiff tensors: `None` for autodiff backends).
     pub unscale: Option<UnscaleFn<B>>,

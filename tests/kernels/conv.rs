@@ -5,7 +5,7 @@
 //! a run on the same threads repeats bit for bit.
 
 use burn::tensor::module::conv2d;
-use burn::tensor::ops::ConvOptions;
+use burn::tensor::ops::{ConvOptions, ConvTransposeOptions};
 use burn::tensor::{FloatDType, Tensor, TensorData};
 use burn_amp::{Policy, with_policy};
 
@@ -80,4 +80,370 @@ fn a_convolutions_batch_splits_across_threads_without_changing_its_results() {
     let scale = one[2].iter().fold(0f32, |m, v| m.max(v.abs()));
     assert_close("weight gradient, 2 samples", &dw, &one[2], 1e-5, scale);
     assert_close("bias gradient, 2 samples", &db, &one[3], 1e-5, 1.0);
+}
+
+/// Output, input, weight and bias gradients of a transposed convolution (2-d, or 1-d where
+/// `size[0]` is 0) under `policy`, and the operands burn-amp's kernels rounded while packing.
+fn transposed(
+    policy: &str,
+    [c, o]: [usize; 2],
+    [h, w]: [usize; 2],
+    kernel: usize,
+    options: ConvTransposeOptions<2>,
+) -> ([Vec<f32>; 4], u64) {
+    use burn::tensor::module::{conv_transpose1d, conv_transpose2d};
+    use burn::tensor::ops::ConvTransposeOptions as Options;
+    let batch = 3;
+    let groups = options.groups;
+    let x = Lcg::new(31).vec(batch * c * h.max(1) * w, 2.0);
+    let weight = Lcg::new(32).vec(c * (o / groups) * kernel * kernel, 0.3);
+    let bias = Lcg::new(33).vec(o, 0.5);
+    with_policy(policy.parse::<Policy>().expect("a policy"), || {
+        let bt = tensor::<Ad, 1>(&bias, [o], FloatDType::F32).require_grad();
+        let (y, xg, wg, cost) = if h == 0 {
+            // 1-d: the second axis's geometry.
+            let xt = tensor::<Ad, 3>(&x, [batch, c, w], FloatDType::F32).require_grad();
+            let wt = &weight[..c * (o / groups) * kernel];
+            let wt = tensor::<Ad, 3>(wt, [c, o / groups, kernel], FloatDType::F32).require_grad();
+            let one = Options::new(
+                [options.stride[1]],
+                [options.padding[1]],
+                [options.padding_out[1]],
+                [options.dilation[1]],
+                groups,
+            );
+            let (y, cost) = burn_amp::cost::record(|| {
+                conv_transpose1d(xt.clone(), wt.clone(), Some(bt.clone()), one)
+            });
+            let y: Tensor<Ad, 4> = y.unsqueeze_dim(2);
+            (y, GradOf::X3(xt), GradOf::W3(wt), cost)
+        } else {
+            let xt = tensor::<Ad, 4>(&x, [batch, c, h, w], FloatDType::F32).require_grad();
+            let wt = tensor::<Ad, 4>(&weight, [c, o / groups, kernel, kernel], FloatDType::F32)
+                .require_grad();
+            let (y, cost) = burn_amp::cost::record(|| {
+                conv_transpose2d(xt.clone(), wt.clone(), Some(bt.clone()), options.clone())
+            });
+            (y, GradOf::X4(xt), GradOf::W4(wt), cost)
+        };
+        let dims = y.dims();
+        let dy = TensorData::new(Lcg::new(34).vec(dims.iter().product(), 1.0), dims);
+        let dy = Tensor::<Ad, 4>::from_data(dy, &Default::default());
+        let grads = (y.clone().cast(FloatDType::F32) * dy).sum().backward();
+        let rounded = cost.rounded_in_kernel().map(|(.., n, _)| n).sum();
+        let out = [
+            values(y),
+            xg.grad(&grads),
+            wg.grad(&grads),
+            values(bt.grad(&grads).expect("db")),
+        ];
+        (out, rounded)
+    })
+}
+
+/// A tensor whose gradient a test reads, of rank 3 or 4.
+enum GradOf {
+    X3(Tensor<Ad, 3>),
+    W3(Tensor<Ad, 3>),
+    X4(Tensor<Ad, 4>),
+    W4(Tensor<Ad, 4>),
+}
+
+impl GradOf {
+    fn grad(&self, grads: &<Ad as burn::tensor::backend::AutodiffBackend>::Gradients) -> Vec<f32> {
+        match self {
+            GradOf::X3(t) | GradOf::W3(t) => values(t.grad(grads).expect("a gradient")),
+            GradOf::X4(t) | GradOf::W4(t) => values(t.grad(grads).expect("a gradient")),
+        }
+    }
+}
+
+/// A transposed convolution a test runs: name, `[in, out]` channels, input size, kernel,
+/// options, and whether burn-amp's kernels take it.
+type Case = (
+    &'static str,
+    [usize; 2],
+    [usize; 2],
+    usize,
+    ConvTransposeOptions<2>,
+    bool,
+);
+
+#[test]
+fn transposed_convolutions_run_on_the_gemm_and_match_flex() {
+    // Flex's own transposed convolution under the same compute dtype (its inputs cast
+    // first) is the reference, forward and the three gradients.
+    let flex =
+        |compute: &str| format!("params=float32,compute={compute},output=float32,kernels=backend");
+    let o = |stride, padding, padding_out, dilation, groups| {
+        ConvTransposeOptions::new(stride, padding, padding_out, dilation, groups)
+    };
+    // (what, [in, out] channels, size ([0, w]: 1-d), kernel, options, taken by burn-amp)
+    let cases: [Case; 7] = [
+        // A 2x2 upsampling of stride 2 (a U-Net's): every output position one tap.
+        (
+            "k2 s2",
+            [6, 4],
+            [5, 7],
+            2,
+            o([2, 2], [0, 0], [0, 0], [1, 1], 1),
+            true,
+        ),
+        // Overlapping taps, padding and an output padding.
+        (
+            "k3 s2 p1 out1",
+            [5, 3],
+            [4, 6],
+            3,
+            o([2, 2], [1, 1], [1, 1], [1, 1], 1),
+            true,
+        ),
+        (
+            "k3 s1 p1",
+            [4, 6],
+            [6, 5],
+            3,
+            o([1, 1], [1, 1], [0, 0], [1, 1], 1),
+            true,
+        ),
+        (
+            "k3 dilation 2",
+            [4, 5],
+            [5, 5],
+            3,
+            o([1, 2], [2, 1], [0, 1], [2, 2], 1),
+            true,
+        ),
+        // Stride 3 with a 1x1 kernel: most output positions receive the bias alone.
+        (
+            "k1 s3",
+            [4, 5],
+            [3, 4],
+            1,
+            o([3, 3], [0, 0], [2, 1], [1, 1], 1),
+            true,
+        ),
+        // 1-d, and groups (handed to Flex).
+        (
+            "1-d k3 s2",
+            [4, 6],
+            [0, 9],
+            3,
+            o([1, 2], [0, 1], [0, 1], [1, 1], 1),
+            true,
+        ),
+        (
+            "groups 2",
+            [4, 6],
+            [5, 5],
+            3,
+            o([2, 2], [1, 1], [0, 0], [1, 1], 2),
+            false,
+        ),
+    ];
+    for (policy, compute) in [("mixed_bfloat16", "bfloat16"), ("mixed_float16", "float16")] {
+        for (what, channels, size, kernel, options, taken) in cases.clone() {
+            let on = format!("{what}, {policy}");
+            let (ours, rounded) = transposed(policy, channels, size, kernel, options.clone());
+            let (want, flex_rounded) = transposed(&flex(compute), channels, size, kernel, options);
+            assert_eq!(flex_rounded, 0, "{on}: the reference runs Flex's ops");
+            assert_eq!(
+                rounded > 0,
+                taken,
+                "{on}: on burn-amp's kernels ({rounded} rounded)"
+            );
+            for (i, name) in [
+                "output",
+                "input gradient",
+                "weight gradient",
+                "bias gradient",
+            ]
+            .iter()
+            .enumerate()
+            {
+                let scale = want[i].iter().fold(0f32, |m, v| m.max(v.abs()));
+                assert_close(
+                    &format!("{name}, {on}"),
+                    &ours[i],
+                    &want[i],
+                    1.0 / 64.0,
+                    scale,
+                );
+            }
+        }
+    }
+}
+
+/// Output, input, weight and bias gradients of a grouped 2-d convolution of `channels`
+/// channels (`[channels, channels / groups, k, k]` weight) under `policy`, and the
+/// operands burn-amp's kernels rounded while packing.
+fn grouped(
+    policy: &str,
+    channels: usize,
+    [h, w]: [usize; 2],
+    kernel: usize,
+    options: ConvOptions<2>,
+) -> ([Vec<f32>; 4], u64) {
+    let (batch, per_group) = (3, channels / options.groups);
+    let x = Lcg::new(41).vec(batch * channels * h * w, 2.0);
+    let weight = Lcg::new(42).vec(channels * per_group * kernel * kernel, 0.3);
+    let bias = Lcg::new(43).vec(channels, 0.5);
+    with_policy(policy.parse::<Policy>().expect("a policy"), || {
+        let xt = tensor::<Ad, 4>(&x, [batch, channels, h, w], FloatDType::F32).require_grad();
+        let wdims = [channels, per_group, kernel, kernel];
+        let wt = tensor::<Ad, 4>(&weight, wdims, FloatDType::F32).require_grad();
+        let bt = tensor::<Ad, 1>(&bias, [channels], FloatDType::F32).require_grad();
+        let (y, cost) = burn_amp::cost::record(|| {
+            conv2d(xt.clone(), wt.clone(), Some(bt.clone()), options.clone())
+        });
+        let dims = y.dims();
+        let dy = TensorData::new(Lcg::new(44).vec(dims.iter().product(), 1.0), dims);
+        let dy = Tensor::<Ad, 4>::from_data(dy, &Default::default());
+        let grads = (y.clone().cast(FloatDType::F32) * dy).sum().backward();
+        let rounded = cost.rounded_in_kernel().map(|(.., n, _)| n).sum();
+        let out = [
+            values(y),
+            values(xt.grad(&grads).expect("dx")),
+            values(wt.grad(&grads).expect("dw")),
+            values(bt.grad(&grads).expect("db")),
+        ];
+        (out, rounded)
+    })
+}
+
+#[test]
+fn depthwise_convolutions_run_on_their_kernel_and_match_flex() {
+    let flex =
+        |compute: &str| format!("params=float32,compute={compute},output=float32,kernels=backend");
+    // (what, channels, size, kernel, options, taken by a kernel of burn-amp's)
+    let cases = [
+        (
+            "3x3 same",
+            6,
+            [9, 7],
+            3,
+            ConvOptions::new([1, 1], [1, 1], [1, 1], 6),
+            true,
+        ),
+        (
+            "3x3 stride 2",
+            5,
+            [9, 8],
+            3,
+            ConvOptions::new([2, 2], [1, 1], [1, 1], 5),
+            true,
+        ),
+        (
+            "5x5 dilation 2",
+            4,
+            [11, 10],
+            5,
+            ConvOptions::new([1, 2], [4, 2], [2, 2], 4),
+            true,
+        ),
+        (
+            "1x1 stride 3",
+            4,
+            [7, 7],
+            1,
+            ConvOptions::new([3, 3], [0, 0], [1, 1], 4),
+            true,
+        ),
+        // Two channels a group: handed to Flex.
+        (
+            "groups of 2",
+            6,
+            [6, 6],
+            3,
+            ConvOptions::new([1, 1], [1, 1], [1, 1], 3),
+            false,
+        ),
+    ];
+    for (policy, compute) in [("mixed_bfloat16", "bfloat16"), ("mixed_float16", "float16")] {
+        for (what, channels, size, kernel, options, taken) in cases.clone() {
+            let on = format!("{what}, {policy}");
+            let (ours, rounded) = grouped(policy, channels, size, kernel, options.clone());
+            let (want, flex_rounded) = grouped(&flex(compute), channels, size, kernel, options);
+            assert_eq!(flex_rounded, 0, "{on}: the reference runs Flex's ops");
+            assert_eq!(
+                rounded > 0,
+                taken,
+                "{on}: on burn-amp's kernels ({rounded} rounded)"
+            );
+            let names = [
+                "output",
+                "input gradient",
+                "weight gradient",
+                "bias gradient",
+            ];
+            for (i, name) in names.iter().enumerate() {
+                let scale = want[i].iter().fold(0f32, |m, v| m.max(v.abs()));
+                let what = format!("{name}, {on}");
+                assert_close(&what, &ours[i], &want[i], 1.0 / 64.0, scale);
+            }
+        }
+    }
+}
+
+#[test]
+fn max_pools_run_on_their_kernel_with_flex_values_and_gradients() {
+    use burn::tensor::module::max_pool2d;
+    type Bare = burn::backend::Autodiff<burn::backend::Flex>;
+    let dims = [3, 4, 9, 8];
+    let n: usize = dims.iter().product();
+    // Few levels (ties) and a NaN now and then.
+    let x: Vec<f32> = Lcg::new(51)
+        .vec(n, 3.0)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| if i % 37 == 5 { f32::NAN } else { v.round() })
+        .collect();
+    // (kernel, stride, padding, dilation, ceil_mode, taken by burn-amp's kernel)
+    let cases = [
+        ([2, 2], [2, 2], [0, 0], [1, 1], false, true),
+        ([3, 3], [2, 2], [1, 1], [1, 1], false, true),
+        ([3, 2], [1, 2], [1, 0], [2, 1], false, true),
+        ([2, 2], [2, 2], [0, 0], [1, 1], true, false),
+    ];
+    let device = Default::default();
+    for policy in ["mixed_bfloat16", "mixed_float16"] {
+        for dtype in [FloatDType::F32, FloatDType::BF16, FloatDType::F16] {
+            for (k, s, p, d, ceil, taken) in cases {
+                let what = format!("{k:?} {s:?} {p:?} {d:?} ceil {ceil}, {policy}, {dtype:?}");
+                let ((y, dx), profile) = burn_amp::cost::profile(|| {
+                    with_policy(policy.parse::<Policy>().unwrap(), || {
+                        let xt = tensor::<Ad, 4>(&x, dims, dtype).require_grad();
+                        let y = max_pool2d(xt.clone(), k, s, p, d, ceil);
+                        assert_eq!(y.dtype(), dtype.into(), "{what}: the input's dtype");
+                        let w = Lcg::new(52).vec(y.dims().iter().product(), 1.0);
+                        let w = Tensor::<Ad, 4>::from_data(TensorData::new(w, y.dims()), &device);
+                        let grads = (y.clone().cast(FloatDType::F32) * w).sum().backward();
+                        (values(y), values(xt.grad(&grads).unwrap()))
+                    })
+                });
+                let ran = profile.entries().any(|e| e.op == "max_pool2d (backward)");
+                assert_eq!(ran, taken, "{what}: on burn-amp's kernel: {profile}");
+                // Flex on the same values (in f32: each is exact in every dtype here).
+                let rounded = values(tensor::<burn::backend::Flex, 4>(&x, dims, dtype));
+                let xt = Tensor::<Bare, 4>::from_data(TensorData::new(rounded, dims), &device)
+                    .require_grad();
+                let yf = max_pool2d(xt.clone(), k, s, p, d, ceil);
+                let w = Lcg::new(52).vec(yf.dims().iter().product(), 1.0);
+                let w = Tensor::<Bare, 4>::from_data(TensorData::new(w, yf.dims()), &device);
+                let grads = (yf.clone() * w).sum().backward();
+                let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&y), bits(&values(yf)), "{what}: Flex's values");
+                let dx_flex = values(xt.grad(&grads).unwrap());
+                // The gradient in the input's dtype: Flex's rounded.
+                let dx_flex = values(tensor::<burn::backend::Flex, 4>(&dx_flex, dims, dtype));
+                assert_close(
+                    &format!("{what}: gradient"),
+                    &dx,
+                    &dx_flex,
+                    1.0 / 128.0,
+                    1.0,
+                );
+            }
+        }
+    }
 }

@@ -727,56 +727,63 @@ fn broadcast_operands_run_on_the_kernels_and_get_their_gradients_summed_back() {
 fn batch_norm_shaped_f32_broadcasts_run_on_the_kernels_with_flex_values() {
     // `x [n, c, h, w] op s [1, c, 1, 1]` in f32, as burn-nn's BatchNorm writes it, under
     // each mixed policy: the values of Flex's op bit for bit, and the gradients of both.
+    // Other shapes of `s` sum its gradient back in other ways: along the last dimension
+    // (a bias's), kept dimensions apart (handed to Flex's sums), everything.
     let dims = [3, 4, 5, 6];
     let n: usize = dims.iter().product();
     let x: Vec<f32> = Lcg::new(21).vec(n, 3.0);
-    let s: Vec<f32> = Lcg::new(22).vec(4, 1.0).iter().map(|v| v + 2.0).collect();
     let w = Lcg::new(23).vec(n, 1.0);
     let device = Default::default();
-    for policy in MIXED {
-        let parsed: Policy = policy.parse().unwrap();
-        for op in 0..4 {
-            let what = format!("op {op} ({policy})");
-            let (ours, profile) = cost::profile(|| {
-                with_policy(parsed, || {
-                    let xt = tensor::<Ad, 4>(&x, dims, FloatDType::F32).require_grad();
-                    let st = tensor::<Ad, 4>(&s, [1, 4, 1, 1], FloatDType::F32).require_grad();
-                    let out = arithmetic(op, xt.clone(), st.clone());
-                    let wt = Tensor::<Ad, 4>::from_data(TensorData::new(w.clone(), dims), &device);
-                    let grads = (out.clone() * wt).sum().backward();
-                    let (gx, gs) = (xt.grad(&grads).unwrap(), st.grad(&grads).unwrap());
-                    assert_eq!(out.dtype(), DType::F32, "{what}: stays f32");
-                    (values(out), values(gx), values(gs))
-                })
-            });
-            assert!(
-                profile.entries().any(|e| e.op == "arithmetic (backward)"),
-                "{what}: burn-amp's kernels ran it: {profile}"
-            );
-            let xt = tensor::<Bare, 4>(&x, dims, FloatDType::F32).require_grad();
-            let st = tensor::<Bare, 4>(&s, [1, 4, 1, 1], FloatDType::F32).require_grad();
-            let out = arithmetic(op, xt.clone(), st.clone());
-            let wt = Tensor::<Bare, 4>::from_data(TensorData::new(w.clone(), dims), &device);
-            let grads = (out.clone() * wt).sum().backward();
-            assert_eq!(
-                common_bits(ours.0),
-                common_bits(values(out)),
-                "{what}: Flex's bits"
-            );
-            assert_close(
-                &format!("{what}: x's gradient"),
-                &ours.1,
-                &values(xt.grad(&grads).unwrap()),
-                1e-6,
-                1e-3,
-            );
-            assert_close(
-                &format!("{what}: the statistic's gradient"),
-                &ours.2,
-                &values(st.grad(&grads).unwrap()),
-                1e-5,
-                1e-3,
-            );
+    for sdims in [[1, 4, 1, 1], [1, 1, 1, 6], [3, 1, 5, 1], [1, 1, 1, 1]] {
+        let m: usize = sdims.iter().product();
+        let s: Vec<f32> = Lcg::new(22).vec(m, 1.0).iter().map(|v| v + 2.0).collect();
+        for policy in MIXED {
+            let parsed: Policy = policy.parse().unwrap();
+            for op in 0..4 {
+                let what = format!("op {op}, s {sdims:?} ({policy})");
+                let (ours, profile) = cost::profile(|| {
+                    with_policy(parsed, || {
+                        let xt = tensor::<Ad, 4>(&x, dims, FloatDType::F32).require_grad();
+                        let st = tensor::<Ad, 4>(&s, sdims, FloatDType::F32).require_grad();
+                        let out = arithmetic(op, xt.clone(), st.clone());
+                        let wt =
+                            Tensor::<Ad, 4>::from_data(TensorData::new(w.clone(), dims), &device);
+                        let grads = (out.clone() * wt).sum().backward();
+                        let (gx, gs) = (xt.grad(&grads).unwrap(), st.grad(&grads).unwrap());
+                        assert_eq!(out.dtype(), DType::F32, "{what}: stays f32");
+                        assert_eq!(gs.dims(), sdims, "{what}: s's gradient shape");
+                        (values(out), values(gx), values(gs))
+                    })
+                });
+                assert!(
+                    profile.entries().any(|e| e.op == "arithmetic (backward)"),
+                    "{what}: burn-amp's kernels ran it: {profile}"
+                );
+                let xt = tensor::<Bare, 4>(&x, dims, FloatDType::F32).require_grad();
+                let st = tensor::<Bare, 4>(&s, sdims, FloatDType::F32).require_grad();
+                let out = arithmetic(op, xt.clone(), st.clone());
+                let wt = Tensor::<Bare, 4>::from_data(TensorData::new(w.clone(), dims), &device);
+                let grads = (out.clone() * wt).sum().backward();
+                assert_eq!(
+                    common_bits(ours.0),
+                    common_bits(values(out)),
+                    "{what}: Flex's bits"
+                );
+                assert_close(
+                    &format!("{what}: x's gradient"),
+                    &ours.1,
+                    &values(xt.grad(&grads).unwrap()),
+                    1e-6,
+                    1e-3,
+                );
+                assert_close(
+                    &format!("{what}: the statistic's gradient"),
+                    &ours.2,
+                    &values(st.grad(&grads).unwrap()),
+                    1e-5,
+                    1e-3,
+                );
+            }
         }
     }
 }

@@ -174,6 +174,9 @@ fn copy_typed<T: Copy + Send + Sync>(
             if step == 1 {
                 let start = at as usize;
                 out.copy_from_slice(&src[start..start + row]);
+            } else if step == 0 {
+                // A value repeated along the row (a broadcast view).
+                out.fill(src[at as usize]);
             } else {
                 for (i, v) in out.iter_mut().enumerate() {
                     *v = src[(at + i as isize * step) as usize];

@@ -389,7 +389,7 @@ fn by_phases<D: CpuFloat>(
         products.push(product);
     }
     let products: Vec<&[f32]> = products.iter().map(|p| p.as_slice()).collect();
-    conv::store_phases(isa, shape, out, &phases, &products, dx).unwrap();
+    conv::store_phases(isa, shape, out, &phases, &products, None, dx).unwrap();
 }
 
 #[test]
@@ -509,10 +509,30 @@ fn phase_columns_and_stores_in_another_format_are_the_f32_ones_rounded() {
                 .collect();
             let products: Vec<&[f32]> = products.iter().map(|p| p.as_slice()).collect();
             let mut wide = vec![0f32; shape.batch * shape.sample()];
-            conv::store_phases(isa, &shape, out, &phases, &products, &mut wide).unwrap();
+            conv::store_phases(isa, &shape, out, &phases, &products, None, &mut wide).unwrap();
             let mut narrow = vec![bf16::ZERO; wide.len()];
-            conv::store_phases(isa, &shape, out, &phases, &products, &mut narrow).unwrap();
+            conv::store_phases(isa, &shape, out, &phases, &products, None, &mut narrow).unwrap();
             assert_eq!(narrow, round(&wide), "{shape:?} on {isa}: a bf16 store");
+            // With a bias: each channel's values plus its bias, added in f32 before the
+            // rounding (a phase of depth 0 stores the bias alone).
+            let bias: Vec<f32> = (0..shape.channels).map(|c| c as f32 - 1.25).collect();
+            let mut biased = vec![0f32; wide.len()];
+            let b = Some(bias.as_slice());
+            conv::store_phases(isa, &shape, out, &phases, &products, b, &mut biased).unwrap();
+            let plane = shape.size[0] * shape.size[1];
+            let want: Vec<f32> = wide
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v + bias[i / plane % shape.channels])
+                .collect();
+            assert_eq!(biased, want, "{shape:?} on {isa}: a biased store");
+            let mut narrow = vec![bf16::ZERO; wide.len()];
+            conv::store_phases(isa, &shape, out, &phases, &products, b, &mut narrow).unwrap();
+            assert_eq!(
+                narrow,
+                round(&want),
+                "{shape:?} on {isa}: a biased bf16 store"
+            );
         }
     }
 }
@@ -559,7 +579,7 @@ fn bad_geometry_and_lengths_are_typed_errors() {
     assert!(phase.weight(&ok, 3, &weight, &mut wt[1..]).is_err());
     let phases = ok.grad_phases().unwrap();
     let store = |products: &[&[f32]], dx: &mut [f32], phases: &[conv::GradPhase]| {
-        conv::store_phases(Isa::detect(), &ok, 3, phases, products, dx)
+        conv::store_phases(Isa::detect(), &ok, 3, phases, products, None, dx)
     };
     let mut dx = vec![0f32; 16];
     let (short, whole) = ([0f32; 15], [0f32; 16]);
@@ -577,4 +597,295 @@ fn bad_geometry_and_lengths_are_typed_errors() {
         Err(ConvError::Phases)
     );
     assert!(store(&[&whole], &mut dx, &phases).is_ok());
+    // A bias of another length than the channels.
+    let got = conv::store_phases(
+        Isa::detect(),
+        &ok,
+        3,
+        &phases,
+        &[&whole],
+        Some(&[0.0; 2]),
+        &mut dx,
+    );
+    assert!(
+        matches!(got, Err(ConvError::Length { what: "bias", .. })),
+        "{got:?}"
+    );
+}
+
+/// A depthwise convolution in f64 (each channel its own kernel, `w [channels, kh, kw]`):
+/// the output, and the input, weight and bias gradients for the output gradient `dy`.
+fn direct_depthwise(
+    s: &ConvShape,
+    x: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    dy: &[f32],
+) -> [Vec<f64>; 4] {
+    let [oh, ow] = s.out_size().unwrap();
+    let taps = s.kernel[0] * s.kernel[1];
+    let c = s.channels;
+    let mut y: Vec<f64> = (0..s.batch * c * oh * ow)
+        .map(|at| bias[at / (oh * ow) % c] as f64)
+        .collect();
+    let mut dx = vec![0f64; x.len()];
+    let mut dw = vec![0f64; w.len()];
+    let mut db = vec![0f64; c];
+    for (at, g) in dy.iter().enumerate() {
+        db[at / (oh * ow) % c] += *g as f64;
+    }
+    // Patch entry k = (channel, a, b) is weight entry k.
+    reads(s, |n, k, [i, j], input| {
+        let out = ((n * c + k / taps) * oh + i) * ow + j;
+        y[out] += x[input] as f64 * w[k] as f64;
+        dx[input] += w[k] as f64 * dy[out] as f64;
+        dw[k] += x[input] as f64 * dy[out] as f64;
+    });
+    [y, dx, dw, db]
+}
+
+/// The depthwise kernels' output, input, weight and bias gradients.
+fn depthwise_run(
+    isa: Isa,
+    s: &ConvShape,
+    format: Format,
+    (x, w, bias, dy): (&[f32], &[f32], &[f32], &[f32]),
+) -> [Vec<f32>; 4] {
+    let [oh, ow] = s.out_size().unwrap();
+    let mut y = vec![f32::NAN; s.batch * s.channels * oh * ow];
+    conv::depthwise(isa, s, format, x, w, Some(bias), &mut y).unwrap();
+    let mut dx = vec![f32::NAN; x.len()];
+    conv::depthwise_input_grad(isa, s, format, dy, w, &mut dx).unwrap();
+    let (mut dw, mut db) = (vec![f32::NAN; w.len()], vec![f32::NAN; s.channels]);
+    conv::depthwise_weight_grad(isa, s, format, x, dy, &mut dw, Some(&mut db)).unwrap();
+    [y, dx, dw, db]
+}
+
+#[test]
+fn depthwise_convolutions_and_their_gradients_are_the_direct_sums() {
+    let names = [
+        "output",
+        "input gradient",
+        "weight gradient",
+        "bias gradient",
+    ];
+    for (shape, _) in shapes() {
+        let mut rng = Rng(41 + shape.patch() as u64);
+        let mut draw = |n: usize| (0..n).map(|_| rng.uniform()).collect::<Vec<f32>>();
+        let [oh, ow] = shape.out_size().unwrap();
+        let c = shape.channels;
+        let x = draw(shape.batch * shape.sample());
+        let w = draw(c * shape.kernel[0] * shape.kernel[1]);
+        let bias = draw(c);
+        let dy = draw(shape.batch * c * oh * ow);
+        let want = direct_depthwise(&shape, &x, &w, &bias, &dy);
+        let portable = depthwise_run(Isa::PORTABLE, &shape, Format::F32, (&x, &w, &bias, &dy));
+        for isa in Isa::available() {
+            let got = depthwise_run(isa, &shape, Format::F32, (&x, &w, &bias, &dy));
+            for ((name, got), (want, portable)) in
+                names.iter().zip(&got).zip(want.iter().zip(&portable))
+            {
+                let scale = want.iter().fold(1f64, |m, v| m.max(v.abs()));
+                for (i, (g, r)) in got.iter().zip(want).enumerate() {
+                    let err = (*g as f64 - r).abs();
+                    assert!(
+                        err <= 1e-5 * scale,
+                        "{shape:?} on {isa}: {name}[{i}] {g} vs {r}"
+                    );
+                }
+                // The same IEEE operations in the same order on every instruction set.
+                let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(got),
+                    bits(portable),
+                    "{shape:?} on {isa}: {name}, the portable bits"
+                );
+            }
+            // In bf16: the f32 run on the operands rounded first; the bias gradient sums
+            // the output gradient as given.
+            let round = |v: &[f32]| v.iter().map(|v| Format::Bf16.round(*v)).collect::<Vec<_>>();
+            let (xr, dyr) = (round(&x), round(&dy));
+            let narrow = depthwise_run(isa, &shape, Format::Bf16, (&x, &w, &bias, &dy));
+            let rounded = depthwise_run(isa, &shape, Format::F32, (&xr, &w, &bias, &dyr));
+            for i in 0..3 {
+                assert_eq!(
+                    narrow[i], rounded[i],
+                    "{shape:?} on {isa}: {} in bf16",
+                    names[i]
+                );
+            }
+            let full = depthwise_run(isa, &shape, Format::F32, (&xr, &w, &bias, &dy));
+            assert_eq!(
+                narrow[3], full[3],
+                "{shape:?} on {isa}: the bias gradient in bf16"
+            );
+        }
+    }
+}
+
+#[test]
+fn depthwise_bad_geometry_and_lengths_are_typed_errors() {
+    let isa = Isa::detect();
+    let big = ConvShape::new(1, 2, [2, 2], [3, 3]);
+    let mut y = vec![0f32; 2];
+    let got = conv::depthwise(
+        isa,
+        &big,
+        Format::F32,
+        &[0f32; 8],
+        &[0f32; 18],
+        None,
+        &mut y,
+    );
+    assert!(matches!(got, Err(ConvError::Geometry { .. })), "{got:?}");
+    let ok = ConvShape::new(2, 3, [4, 4], [3, 3]);
+    let (x, w, mut y) = (
+        vec![0f32; 2 * 3 * 16],
+        vec![0f32; 27],
+        vec![0f32; 2 * 3 * 4],
+    );
+    let bad = [
+        conv::depthwise(isa, &ok, Format::F32, &x[1..], &w, None, &mut y),
+        conv::depthwise(isa, &ok, Format::F32, &x, &w[1..], None, &mut y),
+        conv::depthwise(isa, &ok, Format::F32, &x, &w, Some(&[0.0; 2]), &mut y),
+        conv::depthwise(isa, &ok, Format::F32, &x, &w, None, &mut y[1..]),
+    ];
+    for got in bad {
+        assert!(matches!(got, Err(ConvError::Length { .. })), "{got:?}");
+    }
+    let mut dx = vec![0f32; x.len()];
+    let got = conv::depthwise_input_grad(isa, &ok, Format::F32, &y[1..], &w, &mut dx);
+    assert!(matches!(got, Err(ConvError::Length { .. })), "{got:?}");
+    let mut dw = vec![0f32; 27];
+    let got =
+        conv::depthwise_weight_grad(isa, &ok, Format::F32, &x, &y, &mut dw, Some(&mut [0.0; 4]));
+    assert!(
+        matches!(
+            got,
+            Err(ConvError::Length {
+                what: "bias gradient",
+                ..
+            })
+        ),
+        "{got:?}"
+    );
+    assert!(conv::depthwise_weight_grad(isa, &ok, Format::F32, &x, &y, &mut dw, None).is_ok());
+}
+
+/// Max pooling value by value, as Burn's backends scan a window: the first valid value,
+/// replaced by a strictly larger one; `(-inf, NO_POSITION)` for a window wholly in the
+/// padding.
+fn direct_max_pool(s: &ConvShape, x: &[f32]) -> (Vec<f32>, Vec<u32>) {
+    let [oh, ow] = s.out_size().unwrap();
+    let [h, w] = s.size;
+    let mut out = vec![];
+    for p in 0..s.batch * s.channels {
+        for i in 0..oh {
+            for j in 0..ow {
+                let mut best = (f32::NEG_INFINITY, conv::NO_POSITION);
+                for a in 0..s.kernel[0] {
+                    for b in 0..s.kernel[1] {
+                        let iy =
+                            (i * s.stride[0] + a * s.dilation[0]) as isize - s.padding[0] as isize;
+                        let ix =
+                            (j * s.stride[1] + b * s.dilation[1]) as isize - s.padding[1] as isize;
+                        if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                            continue;
+                        }
+                        let at = iy as usize * w + ix as usize;
+                        let v = x[p * h * w + at];
+                        if best.1 == conv::NO_POSITION || v > best.0 {
+                            best = (v, at as u32);
+                        }
+                    }
+                }
+                out.push(best);
+            }
+        }
+    }
+    out.into_iter().unzip()
+}
+
+#[test]
+fn max_pools_pick_the_first_largest_value_of_each_window_and_add_gradients_back_there() {
+    use half::bf16;
+    let mut cases: Vec<ConvShape> = shapes().into_iter().map(|(s, _)| s).collect();
+    // Windows wholly in the padding (a 1x1 window padded by 1).
+    cases.push(ConvShape {
+        padding: [1, 1],
+        ..ConvShape::new(2, 2, [3, 4], [1, 1])
+    });
+    for shape in cases {
+        let mut rng = Rng(51 + shape.patch() as u64);
+        // Few levels (ties), a NaN and a -inf now and then.
+        let x: Vec<f32> = (0..shape.batch * shape.sample())
+            .map(|i| match i % 23 {
+                5 => f32::NAN,
+                11 => f32::NEG_INFINITY,
+                _ => (rng.uniform() * 4.0).round(),
+            })
+            .collect();
+        let (want, want_at) = direct_max_pool(&shape, &x);
+        let grad: Vec<f32> = (0..want.len()).map(|_| rng.uniform()).collect();
+        let mut dx_want = vec![0f64; x.len()];
+        let plane = shape.size[0] * shape.size[1];
+        let out_plane = want.len() / (shape.batch * shape.channels).max(1);
+        for (o, (&at, g)) in want_at.iter().zip(&grad).enumerate() {
+            if at != conv::NO_POSITION {
+                dx_want[o / out_plane * plane + at as usize] += *g as f64;
+            }
+        }
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        for isa in Isa::available() {
+            let (mut y, mut at) = (vec![0f32; want.len()], vec![0u32; want.len()]);
+            conv::max_pool(isa, &shape, &x, &mut y, Some(&mut at)).unwrap();
+            assert_eq!(at, want_at, "{shape:?} on {isa}: positions");
+            assert_eq!(bits(&y), bits(&want), "{shape:?} on {isa}: values");
+            let mut plain = vec![0f32; want.len()];
+            conv::max_pool(isa, &shape, &x, &mut plain, None).unwrap();
+            assert_eq!(
+                bits(&plain),
+                bits(&want),
+                "{shape:?} on {isa}: without positions"
+            );
+            // bf16: the same windows of the same values (these are exact in bf16).
+            let xb: Vec<bf16> = x.iter().map(|v| bf16::from_f32(*v)).collect();
+            let mut yb = vec![bf16::ZERO; want.len()];
+            let mut atb = vec![0u32; want.len()];
+            conv::max_pool(isa, &shape, &xb, &mut yb, Some(&mut atb)).unwrap();
+            assert_eq!(atb, want_at, "{shape:?} on {isa}: bf16 positions");
+            let yb: Vec<f32> = yb.iter().map(|v| v.to_f32()).collect();
+            assert_eq!(bits(&yb), bits(&want), "{shape:?} on {isa}: bf16 values");
+            let mut dx = vec![f32::NAN; x.len()];
+            conv::max_pool_backward(&shape, &grad, &at, &mut dx).unwrap();
+            for (i, (d, w)) in dx.iter().zip(&dx_want).enumerate() {
+                assert!(
+                    (*d as f64 - w).abs() <= 1e-6,
+                    "{shape:?}: dx[{i}] {d} vs {w}"
+                );
+            }
+        }
+    }
+    // A position outside its plane, and lengths, are typed errors.
+    let shape = ConvShape::new(1, 1, [2, 2], [1, 1]);
+    let mut dx = [0f32; 4];
+    let got = conv::max_pool_backward(&shape, &[1.0f32; 4], &[0, 1, 2, 4], &mut dx);
+    assert!(
+        matches!(
+            got,
+            Err(ConvError::Length {
+                what: "positions",
+                ..
+            })
+        ),
+        "{got:?}"
+    );
+    let got = conv::max_pool_backward(&shape, &[1.0f32; 3], &[0, 1, 2], &mut dx);
+    assert!(matches!(got, Err(ConvError::Length { .. })), "{got:?}");
+    let mut y = [0f32; 4];
+    let got = conv::max_pool(Isa::detect(), &shape, &[0f32; 3], &mut y, None);
+    assert!(matches!(got, Err(ConvError::Length { .. })), "{got:?}");
+    let big = ConvShape::new(1, 1, [2, 2], [3, 3]);
+    let got = conv::max_pool(Isa::detect(), &big, &[0f32; 4], &mut y[..0], None);
+    assert!(matches!(got, Err(ConvError::Geometry { .. })), "{got:?}");
 }

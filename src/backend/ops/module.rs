@@ -16,7 +16,7 @@ use crate::MixedPrecision;
 use crate::backend::autocast;
 use crate::context::{self, with_policy};
 use crate::cost::{Counted, OpClass, OpRow};
-use crate::cpu::{ConvGeometry, Routed};
+use crate::cpu::{ConvGeometry, MaxPool2dArgs, Routed};
 
 /// The compute-class ops of `ModuleOps` written out below, and whether each takes FP8:
 /// products of linear layers and convolutions do; attention's products stay in 16 bits (as
@@ -45,6 +45,7 @@ const MAX_POOL1D_WITH_INDICES_BACKWARD: OpRow = OpRow::new(
     "max_pool1d_with_indices_backward",
     autocast::class::to_widest,
 );
+const MAX_POOL2D: OpRow = OpRow::new("max_pool2d", OpClass::Forwarded);
 const MAX_POOL2D_WITH_INDICES: OpRow = OpRow::new("max_pool2d_with_indices", OpClass::Forwarded);
 const MAX_POOL2D_WITH_INDICES_BACKWARD: OpRow = OpRow::new(
     "max_pool2d_with_indices_backward",
@@ -52,7 +53,7 @@ const MAX_POOL2D_WITH_INDICES_BACKWARD: OpRow = OpRow::new(
 );
 
 /// Every op of `ModuleOps` written out below: the class table's rows for them.
-const WRITTEN: [OpRow; 20] = [
+const WRITTEN: [OpRow; 21] = [
     LINEAR.row,
     CONV1D.row,
     CONV2D.row,
@@ -71,6 +72,7 @@ const WRITTEN: [OpRow; 20] = [
     IRFFT,
     MAX_POOL1D_WITH_INDICES,
     MAX_POOL1D_WITH_INDICES_BACKWARD,
+    MAX_POOL2D,
     MAX_POOL2D_WITH_INDICES,
     MAX_POOL2D_WITH_INDICES_BACKWARD,
 ];
@@ -108,23 +110,22 @@ macro_rules! conv_ops {
     };
 }
 
-/// A backend's convolution op.
-type ConvOp<B, const N: usize> =
-    fn(FloatTensor<B>, FloatTensor<B>, Option<FloatTensor<B>>, ConvOptions<N>) -> FloatTensor<B>;
+/// A backend's convolution op, with its options `O` (`ConvOptions`, `ConvTransposeOptions`).
+type ConvOp<B, O> = fn(FloatTensor<B>, FloatTensor<B>, Option<FloatTensor<B>>, O) -> FloatTensor<B>;
 
-/// A 1-d or 2-d convolution in the compute dtype: on burn-amp's kernels where the policy
-/// routes and they take it (no FP8 site), else its inputs cast and the backend's op (or
-/// the FP8 site's).
-fn convolution<B: Backend, const N: usize>(
+/// A 1-d or 2-d convolution, plain or transposed, in the compute dtype: on burn-amp's
+/// kernels where the policy routes and they take it (no FP8 site), else its inputs cast and
+/// the backend's op (or the FP8 site's).
+fn convolution<B: Backend, O: Clone>(
     row: ComputeOp,
     x: FloatTensor<B>,
     weight: FloatTensor<B>,
     bias: Option<FloatTensor<B>>,
-    options: ConvOptions<N>,
-    inner: ConvOp<B, N>,
+    options: O,
+    inner: ConvOp<B, O>,
 ) -> FloatTensor<B>
 where
-    ConvGeometry: From<ConvOptions<N>>,
+    ConvGeometry: From<O>,
 {
     let op = row.resolve::<B>(&B::float_device(&x));
     let target = op.policy.compute_dtype();
@@ -194,7 +195,6 @@ macro_rules! module_forwarded {
             fn adaptive_avg_pool2d(x: FloatTensor<Self>, output_size: [usize; 2]) -> FloatTensor<Self>;
             fn adaptive_avg_pool1d(x: FloatTensor<Self>, output_size: usize) -> FloatTensor<Self>;
             fn max_pool1d(x: FloatTensor<Self>, kernel_size: usize, stride: usize, padding: usize, dilation: usize, ceil_mode: bool) -> FloatTensor<Self>;
-            fn max_pool2d(x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], ceil_mode: bool) -> FloatTensor<Self>;
             fn interpolate(x: FloatTensor<Self>, output_size: [usize; 2], options: InterpolateOptions) -> FloatTensor<Self>;
             #[query] fn has_ctc_loss_backward() -> bool;
         }
@@ -241,7 +241,7 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         bias: Option<FloatTensor<Self>>,
         options: ConvOptions<1>,
     ) -> FloatTensor<Self> {
-        convolution::<B, 1>(CONV1D, x, weight, bias, options, B::conv1d)
+        convolution::<B, _>(CONV1D, x, weight, bias, options, B::conv1d)
     }
 
     /// Compute class, as [`conv1d`](Self::conv1d).
@@ -251,13 +251,35 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
         bias: Option<FloatTensor<Self>>,
         options: ConvOptions<2>,
     ) -> FloatTensor<Self> {
-        convolution::<B, 2>(CONV2D, x, weight, bias, options, B::conv2d)
+        convolution::<B, _>(CONV2D, x, weight, bias, options, B::conv2d)
+    }
+
+    /// Compute class. On burn-amp's kernels (Flex) as the input gradient of the
+    /// convolution it transposes: a product per phase of the stride, the bias added to the
+    /// f32 sums; its gradients are that convolution's output and weight gradient.
+    fn conv_transpose1d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        options: ConvTransposeOptions<1>,
+    ) -> FloatTensor<Self> {
+        let inner = B::conv_transpose1d;
+        convolution::<B, _>(CONV_TRANSPOSE1D, x, weight, bias, options, inner)
+    }
+
+    /// Compute class, as [`conv_transpose1d`](Self::conv_transpose1d).
+    fn conv_transpose2d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: Option<FloatTensor<Self>>,
+        options: ConvTransposeOptions<2>,
+    ) -> FloatTensor<Self> {
+        let inner = B::conv_transpose2d;
+        convolution::<B, _>(CONV_TRANSPOSE2D, x, weight, bias, options, inner)
     }
 
     conv_ops! {
         fn conv3d(x, weight, bias; options: ConvOptions<3>) = CONV3D;
-        fn conv_transpose1d(x, weight, bias; options: ConvTransposeOptions<1>) = CONV_TRANSPOSE1D;
-        fn conv_transpose2d(x, weight, bias; options: ConvTransposeOptions<2>) = CONV_TRANSPOSE2D;
         fn conv_transpose3d(x, weight, bias; options: ConvTransposeOptions<3>) = CONV_TRANSPOSE3D;
     }
 
@@ -435,6 +457,38 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
             indices,
         );
         MaxPool1dBackward::new(g.x_grad)
+    }
+
+    /// Forwarded, except where the policy routes: on burn-amp's kernel (Flex), in the
+    /// input's dtype, with its own backward pass (each output's position in its window
+    /// kept, not an index tensor).
+    fn max_pool2d(
+        x: FloatTensor<Self>,
+        kernel_size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 2],
+        dilation: [usize; 2],
+        ceil_mode: bool,
+    ) -> FloatTensor<Self> {
+        let op = context::of::<B>(&x);
+        let _op = MAX_POOL2D.record(None);
+        let x = match op.routed_ops() {
+            Some(ops) => {
+                let args = MaxPool2dArgs {
+                    kernel: kernel_size,
+                    stride,
+                    padding,
+                    dilation,
+                    ceil_mode,
+                };
+                match (ops.max_pool2d)(ops.isa, x, args) {
+                    Routed::Ran(out) => return out,
+                    Routed::Declined(x) => x,
+                }
+            }
+            None => x,
+        };
+        B::max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)
     }
 
     fn max_pool2d_with_indices(

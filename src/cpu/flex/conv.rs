@@ -50,18 +50,25 @@ const COLUMNS: usize = 1 << 23;
 /// bf16): with its product, within a core's L2 cache.
 const TASK_COLUMNS: usize = 1 << 17;
 
-/// A convolution the kernels take, with its shapes.
+/// A convolution the kernels take, with its shapes. A transposed convolution is planned
+/// as the convolution whose input gradient it is (`shape`: that convolution's), so that
+/// its output is that input gradient, its input gradient that convolution's output, and
+/// its weight gradient that convolution's, with input and output gradient swapped.
 #[derive(Clone, Debug)]
 pub(crate) struct ConvPlan {
     shape: ConvShape,
     out_channels: usize,
-    /// The output's shape (rank 3 for a 1-d convolution, 4 for a 2-d one).
+    /// The convolution's output shape (rank 3 for a 1-d convolution, 4 for a 2-d one).
     out: Shape,
+    /// The convolution's input shape: a transposed convolution's output.
+    input: Shape,
+    transposed: bool,
 }
 
 impl ConvPlan {
-    /// The plan of a convolution, or `None` for what the kernels do not take (groups,
-    /// other ranks or dtypes, a kernel that does not fit): those go to the backend.
+    /// The plan of a convolution or a transposed one, or `None` for what the kernels do
+    /// not take (groups, other ranks or dtypes, a kernel that does not fit, an output
+    /// padding of a stride or more): those go to the backend.
     pub(crate) fn of(
         x: &FlexTensor,
         weight: &FlexTensor,
@@ -75,37 +82,61 @@ impl ConvPlan {
         }
         let (xs, ws) = (x.layout().shape(), weight.layout().shape());
         let rank = xs.num_dims();
-        if g.groups != 1 || ws.num_dims() != rank || !(rank == 3 || rank == 4) || ws[1] != xs[1] {
+        if g.groups != 1 || ws.num_dims() != rank || !(rank == 3 || rank == 4) {
             return None;
         }
-        let (size, kernel) = if rank == 4 {
-            ([xs[2], xs[3]], [ws[2], ws[3]])
-        } else {
-            ([1, xs[2]], [1, ws[2]])
+        let dims = |s: &Shape| {
+            if rank == 4 { [s[2], s[3]] } else { [1, s[2]] }
+        };
+        // The convolution's input channels, output channels and input size.
+        let (channels, out_channels, size) = match g.transposed {
+            None if ws[1] == xs[1] => (xs[1], ws[0], dims(xs)),
+            Some(padding_out) if ws[0] == xs[1] => {
+                let size = dims(xs);
+                let axis = |a: usize| {
+                    let reach = (size[a].checked_sub(1)? * g.stride[a])
+                        + g.dilation[a] * dims(ws)[a].checked_sub(1)?
+                        + 1
+                        + padding_out[a];
+                    reach.checked_sub(2 * g.padding[a])
+                };
+                (ws[1], ws[0], [axis(0)?, axis(1)?])
+            }
+            _ => return None,
         };
         let shape = ConvShape {
             batch: xs[0],
-            channels: xs[1],
+            channels,
             size,
-            kernel,
+            kernel: dims(ws),
             stride: g.stride,
             padding: g.padding,
             dilation: g.dilation,
         };
-        let out_channels = ws[0];
-        if bias.is_some_and(|b| b.layout().num_elements() != out_channels) {
+        let transposed = g.transposed.is_some();
+        let biased = if transposed { channels } else { out_channels };
+        if bias.is_some_and(|b| b.layout().num_elements() != biased) {
             return None;
         }
-        let [oh, ow] = shape.out_size()?;
-        let out = if rank == 4 {
-            Shape::new([xs[0], out_channels, oh, ow])
-        } else {
-            Shape::new([xs[0], out_channels, ow])
+        let out_size = shape.out_size()?;
+        // A transposed convolution's input is its convolution's output, whole (an output
+        // padding of a stride or more would leave positions out).
+        if transposed && out_size != dims(xs) {
+            return None;
+        }
+        let of = |c: usize, [h, w]: [usize; 2]| {
+            if rank == 4 {
+                Shape::new([xs[0], c, h, w])
+            } else {
+                Shape::new([xs[0], c, w])
+            }
         };
         Some(ConvPlan {
             shape,
             out_channels,
-            out,
+            out: of(out_channels, out_size),
+            input: of(channels, size),
+            transposed,
         })
     }
 
@@ -137,9 +168,25 @@ impl ConvPlan {
         }
     }
 
-    /// The convolution of `x` by `weight` plus `bias`, operands rounded to `kernel`'s
-    /// format, in `out`.
+    /// The convolution (or transposed convolution) of `x` by `weight` plus `bias`,
+    /// operands rounded to `kernel`'s format, in `out`.
     pub(crate) fn forward(
+        &self,
+        kernel: Kernel,
+        x: &FlexTensor,
+        weight: &FlexTensor,
+        bias: Option<&FlexTensor>,
+        out: DType,
+    ) -> FlexTensor {
+        if self.transposed {
+            let bias = bias.map(|b| values_f32(kernel.isa(), &contiguous(b)));
+            return self.input_grad(kernel, weight, x, bias.as_deref(), out);
+        }
+        self.direct(kernel, x, weight, bias, out)
+    }
+
+    /// The convolution's output: `x` by `weight` plus `bias`.
+    fn direct(
         &self,
         kernel: Kernel,
         x: &FlexTensor,
@@ -275,6 +322,70 @@ impl ConvPlan {
         wants: [bool; 3],
         dtypes: [DType; 3],
     ) -> [Option<FlexTensor>; 3] {
+        if !self.transposed {
+            return self.gradients(kernel, x, weight, dy, wants, dtypes);
+        }
+        // y = the convolution's input gradient of x, plus the bias: dx is the
+        // convolution's output of dy, dw its weight gradient at input dy and output
+        // gradient x, the bias's gradient dy's channel sums.
+        let dx = wants[0].then(|| self.direct(kernel, dy, weight, None, dtypes[0]));
+        let dw = if wants[1] {
+            let [_, dw, _] = self.gradients(kernel, dy, weight, x, [false, true, false], dtypes);
+            dw
+        } else {
+            None
+        };
+        let db = wants[2].then(|| {
+            let isa = kernel.isa();
+            let dy = contiguous(dy);
+            let plane = self.shape.size[0] * self.shape.size[1];
+            let sums = with_float!(dy.dtype(), G => {
+                channel_sums(isa, values::<G>(&dy), self.shape.channels, plane)
+            });
+            let shape = Shape::new([self.shape.channels]);
+            with_float!(dtypes[2], D => from_vec::<D>(converted::<f32, D>(isa, &sums), shape))
+        });
+        [dx, dw, db]
+    }
+
+    /// The convolution's input gradient from `dy` (its output's gradient), plus `bias`
+    /// (one value per input channel), in `dtype`: a transposed convolution's output.
+    fn input_grad(
+        &self,
+        kernel: Kernel,
+        weight: &FlexTensor,
+        dy: &FlexTensor,
+        bias: Option<&[f32]>,
+        dtype: DType,
+    ) -> FlexTensor {
+        let (weight, dy) = (contiguous(weight), contiguous(dy));
+        let mut dx = InputGrad::zeros(dtype, self.input.num_elements());
+        with_float!(weight.dtype(), W => with_float!(dy.dtype(), G => {
+            with_format!(kernel.format(), F => {
+                // No weight gradient is asked for: the input (`&[]`) is not read.
+                self.backward_typed::<G, W, G, F>(
+                    kernel,
+                    &[],
+                    values::<W>(&weight),
+                    values::<G>(&dy),
+                    Some((&mut dx, bias)),
+                    [false, false],
+                )
+            })
+        }));
+        dx.into_tensor(self.input.clone())
+    }
+
+    /// The convolution's gradients (see [`ConvPlan::backward`]).
+    fn gradients(
+        &self,
+        kernel: Kernel,
+        x: &FlexTensor,
+        weight: &FlexTensor,
+        dy: &FlexTensor,
+        wants: [bool; 3],
+        dtypes: [DType; 3],
+    ) -> [Option<FlexTensor>; 3] {
         let (x, weight, dy) = (contiguous(x), contiguous(weight), contiguous(dy));
         let isa = kernel.isa();
         let x_len = x.layout().num_elements();
@@ -286,7 +397,7 @@ impl ConvPlan {
                     values::<X>(&x),
                     values::<W>(&weight),
                     values::<G>(&dy),
-                    dx.as_mut(),
+                    dx.as_mut().map(|dx| (dx, None)),
                     [wants[1], wants[2]],
                 )
             }))
@@ -302,25 +413,28 @@ impl ConvPlan {
     }
 
     /// The weight and bias gradients (those `wants` asks for, in f32), and the input
-    /// gradient into `dx` where given.
+    /// gradient into `dx` where given, with its bias (a transposed convolution's) added.
     fn backward_typed<X: CpuFloat, W: CpuFloat, G: CpuFloat + Pod, F: CpuFloat + Pod>(
         &self,
         kernel: Kernel,
         x: &[X],
         weight: &[W],
         dy: &[G],
-        dx: Option<&mut InputGrad>,
+        dx: Option<(&mut InputGrad, Option<&[f32]>)>,
         wants: [bool; 2],
     ) -> [Option<Vec<f32>>; 2] {
         let (k, oc) = (self.shape.patch(), self.out_channels);
         let weight = rounded::<W, F>(kernel.isa(), weight);
         let weight = weight.as_slice();
-        let phases = dx.is_some().then(|| self.phase_weights(kernel, weight));
+        let bias = dx.as_ref().and_then(|(_, bias)| bias.map(<[f32]>::to_vec));
+        let phases = dx
+            .is_some()
+            .then(|| self.phase_weights(kernel, weight, bias));
         let phases = phases.as_ref();
         let split = self.split();
         // Each run's input gradient is its own slice of dx.
         let parts: Vec<Option<InputGradPart>> = match dx {
-            Some(dx) => dx
+            Some((dx, _)) => dx
                 .parts(&split, self.shape.sample())
                 .into_iter()
                 .map(Some)
@@ -369,8 +483,14 @@ impl ConvPlan {
     }
 
     /// The input gradient's phases, each with its weight (from the weight already rounded
-    /// to the compute format `F`: a copy) packed for `kernel`, once for every chunk.
-    fn phase_weights<F: CpuFloat>(&self, kernel: Kernel, weight: &[F]) -> PhaseWeights {
+    /// to the compute format `F`: a copy) packed for `kernel`, once for every chunk; and
+    /// the bias added to the input gradient.
+    fn phase_weights<F: CpuFloat>(
+        &self,
+        kernel: Kernel,
+        weight: &[F],
+        bias: Option<Vec<f32>>,
+    ) -> PhaseWeights {
         let oc = self.out_channels;
         let phases = self.shape.grad_phases().expect("checked by the plan");
         let weights = phases
@@ -385,7 +505,11 @@ impl ConvPlan {
                 PackedA::new(kernel, wt)
             })
             .collect();
-        PhaseWeights { phases, weights }
+        PhaseWeights {
+            phases,
+            weights,
+            bias,
+        }
     }
 
     /// The gradients of the samples `samples`: their input gradient into `dx` (a product
@@ -464,7 +588,7 @@ impl ConvPlan {
                 }
                 products.push(product);
             }
-            dx.store(isa, &self.shape, oc, &pw.phases, &products, at);
+            dx.store(isa, &self.shape, oc, pw, &products, at);
         }
         if let Some(db) = sums.db.as_mut() {
             // Each channel's row summed where it lies, in lanes (one running sum waited on
@@ -481,6 +605,18 @@ impl ConvPlan {
 /// rounding, so the same bits).
 fn rounded<W: CpuFloat, F: CpuFloat>(isa: Isa, weight: &[W]) -> Vec<F> {
     cast::to_vec(isa, weight)
+}
+
+/// The sums of each channel's values of `values` (`[samples, channels, plane]`), widened
+/// to f32 and summed in lanes.
+fn channel_sums<G: CpuFloat>(isa: Isa, values: &[G], channels: usize, plane: usize) -> Vec<f32> {
+    let mut sums = vec![0f32; channels];
+    if plane > 0 && channels > 0 {
+        for (i, row) in values.chunks_exact(plane).enumerate() {
+            sums[i % channels] += cast::sum_widened(isa, row);
+        }
+    }
+    sums
 }
 
 /// How a convolution's batch is split across threads (see `ConvPlan::split`).
@@ -600,30 +736,33 @@ impl InputGrad {
 }
 
 impl InputGradPart<'_> {
-    /// Stores the phases' products (f32) at their positions of the slice `at`, rounded.
+    /// Stores the phases' products (f32) at their positions of the slice `at`, plus the
+    /// bias, rounded.
     fn store(
         &mut self,
         isa: Isa,
         shape: &ConvShape,
         out_channels: usize,
-        phases: &[GradPhase],
+        pw: &PhaseWeights,
         products: &[&[f32]],
         at: Range<usize>,
     ) {
-        let (oc, p) = (out_channels, products);
+        let (oc, p, b, phases) = (out_channels, products, pw.bias.as_deref(), &pw.phases);
         let stored = match self {
-            InputGradPart::F32(v) => conv::store_phases(isa, shape, oc, phases, p, &mut v[at]),
-            InputGradPart::Bf16(v) => conv::store_phases(isa, shape, oc, phases, p, &mut v[at]),
-            InputGradPart::F16(v) => conv::store_phases(isa, shape, oc, phases, p, &mut v[at]),
+            InputGradPart::F32(v) => conv::store_phases(isa, shape, oc, phases, p, b, &mut v[at]),
+            InputGradPart::Bf16(v) => conv::store_phases(isa, shape, oc, phases, p, b, &mut v[at]),
+            InputGradPart::F16(v) => conv::store_phases(isa, shape, oc, phases, p, b, &mut v[at]),
         };
         stored.expect("a chunk's values");
     }
 }
 
-/// The input gradient's phases and each one's weight `[channels, depth]`, packed.
+/// The input gradient's phases and each one's weight `[channels, depth]`, packed; the
+/// bias added to the input gradient (a transposed convolution's), one value a channel.
 struct PhaseWeights {
     phases: Vec<GradPhase>,
     weights: Vec<PackedA>,
+    bias: Option<Vec<f32>>,
 }
 
 /// A thread's buffers for its chunks (columns, products, gradients), kept between calls:

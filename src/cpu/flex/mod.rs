@@ -1,16 +1,20 @@
 //! The CPU kernel family on Burn's Flex backend: the kernels of `burn_amp_kernels::cpu` on
 //! Flex tensors (`tensor`: views of their buffers): casts, the mixed-precision GEMM for
-//! matmuls and linears (`matmul`) and convolutions (`conv`), the ops around them (`nn`), FP8 fake quantization (`fp8`),
-//! copies of views (`layout`), as plain ops of `Flex` and as differentiable ops of
-//! `Autodiff<Flex>` (`autodiff`). The decorator reaches them through the table of
-//! `crate::cpu`.
+//! matmuls and linears (`matmul`) and convolutions plain or transposed (`conv`), direct
+//! depthwise convolutions (`depthwise`; `convolution` picks the kernel), max pooling
+//! (`max_pool`), the ops around them (`nn`), FP8 fake quantization (`fp8`), copies of views
+//! (`layout`), as plain ops of `Flex` and as differentiable ops of `Autodiff<Flex>`
+//! (`autodiff`). The decorator reaches them through the table of `crate::cpu`.
 
 mod autodiff;
 mod cast;
 mod conv;
+mod convolution;
+mod depthwise;
 pub(crate) mod fp8;
 mod layout;
 mod matmul;
+mod max_pool;
 mod nn;
 mod optim;
 mod pool;
@@ -29,7 +33,7 @@ use burn_amp_kernels::cpu::gemm::Kernel;
 use burn_amp_kernels::cpu::nn::BinaryOp;
 use burn_tensor::{DType, Shape};
 
-use super::{ConvArgs, LayerNormArgs, Linear, Routed, RoutedOps};
+use super::{ConvArgs, LayerNormArgs, Linear, MaxPool2dArgs, Routed, RoutedOps};
 
 pub(crate) use optim::adamw;
 use optim::{count_nonfinite, unscale};
@@ -69,12 +73,19 @@ fn conv(
     out: DType,
 ) -> Routed<FlexTensor, ConvArgs<Flex>> {
     let (x, weight, bias, geometry) = &args;
-    match conv::ConvPlan::of(x, weight, bias.as_ref(), geometry) {
+    match convolution::Convolution::of(x, weight, bias.as_ref(), geometry) {
         Some(plan) => {
             let kernel = Kernel::select(isa, format);
             Routed::Ran(plan.forward(kernel, x, weight, bias.as_ref(), out))
         }
         None => Routed::Declined(args),
+    }
+}
+
+fn max_pool2d(isa: Isa, x: FlexTensor, args: MaxPool2dArgs) -> Routed<FlexTensor, FlexTensor> {
+    match max_pool::MaxPoolPlan::of(&x, &args) {
+        Some(plan) => Routed::Ran(plan.forward(isa, &x, false).0),
+        None => Routed::Declined(x),
     }
 }
 
@@ -156,6 +167,7 @@ pub(crate) fn ops(isa: Isa) -> RoutedOps<Flex> {
         matmul,
         linear,
         conv,
+        max_pool2d,
         unscale: Some(unscale),
         count_nonfinite: Some(count_nonfinite),
         softmax,
@@ -179,6 +191,7 @@ pub(crate) fn autodiff_ops<C: CheckpointStrategy>(isa: Isa) -> RoutedOps<Autodif
         matmul: autodiff::matmul::<C>,
         linear: autodiff::linear::<C>,
         conv: autodiff::conv::<C>,
+        max_pool2d: autodiff::max_pool2d::<C>,
         unscale: None,
         count_nonfinite: None,
         softmax: autodiff::softmax::<C>,

@@ -6,6 +6,7 @@
 use burn::backend::Flex;
 use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::Isa;
+use burn_amp_kernels::cpu::cast::{self, CpuFloat};
 use burn_amp_kernels::cpu::nn::{self, BinaryOp, LayerNormStats};
 use burn_tensor::ops::{FloatTensorOps, IntTensorOps};
 use burn_tensor::{BoolStore, DType, Distribution, ElementConversion, FloatDType, IntDType, Shape};
@@ -205,6 +206,13 @@ pub(crate) fn unbroadcast(isa: Isa, g: FlexTensor, shape: &Shape, dtype: DType) 
     if g.layout().shape() == shape {
         return g;
     }
+    if let Some(blocks) = kept_block(g.layout().shape(), shape)
+        && format(g.dtype()).is_some()
+    {
+        let g = contiguous(&g);
+        let sums = with_float!(g.dtype(), G => block_sums(isa, values::<G>(&g), blocks));
+        return with_float!(dtype, D => from_vec::<D>(converted::<f32, D>(isa, &sums), shape.clone()));
+    }
     let mut sum = super::cast::cast(isa, g, FloatDType::F32);
     for (d, &n) in shape.as_slice().iter().enumerate() {
         if n == 1 && sum.layout().shape()[d] != 1 {
@@ -213,6 +221,55 @@ pub(crate) fn unbroadcast(isa: Isa, g: FlexTensor, shape: &Shape, dtype: DType) 
     }
     let dtype = FloatDType::from(dtype);
     super::cast::cast(isa, sum, dtype)
+}
+
+/// `[outer, kept, inner]`: the sizes of the dimensions before, within and after the one
+/// run of dimensions `shape` keeps of `full` (a batch norm's `[1, C, 1, 1]` of `[N, C, H,
+/// W]`, a bias's `[1, 1, W]`), where every dimension outside it is 1 in `shape`; `None`
+/// for other broadcasts (ranks that differ, kept dimensions apart).
+fn kept_block(full: &Shape, shape: &Shape) -> Option<[usize; 3]> {
+    let (full, shape) = (full.as_slice(), shape.as_slice());
+    if full.len() != shape.len() {
+        return None;
+    }
+    // The first and last dimension `shape` keeps (of a size other than 1 in `full`).
+    let kept = |d: &usize| full[*d] != 1 && shape[*d] != 1;
+    // None kept (a sum of everything): one run of all the values.
+    let first = (0..full.len()).find(kept).unwrap_or(0);
+    let last = (0..full.len()).rev().find(kept).map_or(first, |d| d + 1);
+    let within = (first..last).all(|d| shape[d] == full[d]);
+    let outside = (0..first).chain(last..full.len()).all(|d| shape[d] == 1);
+    let size = |r: core::ops::Range<usize>| full[r].iter().product::<usize>();
+    (within && outside).then(|| [size(0..first), size(first..last), size(last..full.len())])
+}
+
+/// The sums over `outer` and `inner` of `values` (`[outer, kept, inner]`, see
+/// [`kept_block`]), one per kept position, in f32: each in the same order whatever the
+/// threads (each thread takes its own kept positions over the whole tensor).
+fn block_sums<G: CpuFloat>(isa: Isa, values: &[G], [outer, kept, inner]: [usize; 3]) -> Vec<f32> {
+    use rayon::prelude::*;
+    let mut sums = vec![0f32; kept];
+    if values.is_empty() {
+        return sums;
+    }
+    // About this many values a task.
+    let per_task = (1usize << 15).div_ceil(outer * inner).max(1);
+    sums.par_chunks_mut(per_task)
+        .enumerate()
+        .for_each(|(t, sums)| {
+            let k0 = t * per_task;
+            for a in 0..outer {
+                let row = &values[(a * kept + k0) * inner..][..sums.len() * inner];
+                if inner == 1 {
+                    cast::add_widened(isa, row, sums).expect("equal lengths");
+                } else {
+                    for (sum, run) in sums.iter_mut().zip(row.chunks_exact(inner)) {
+                        *sum += cast::sum_widened(isa, run);
+                    }
+                }
+            }
+        });
+    sums
 }
 
 /// `a op b` (shapes that broadcast, see [`takes_binary`]), in `dtype`: an operand of 1

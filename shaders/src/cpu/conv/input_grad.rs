@@ -314,27 +314,38 @@ impl GradPhase {
 /// [`ConvShape::grad_phases`] of `shape`, `products[i]` the product `[channels, samples *
 /// positions]` (f32) of `phases[i]`. Each line of `dx` is gathered from its phases'
 /// lines and written once, whole; a phase of depth 0 stores zeros, whatever its product
-/// holds.
+/// holds. `bias` (one f32 value per channel of `dx`) is added to every value of its
+/// channel before the rounding: a transposed convolution's output is this input gradient
+/// plus its bias.
 ///
 /// # Errors
 /// [`ConvError::Phases`] when `phases` are not the shape's, [`ConvError::Length`] when a
-/// product or `dx` does not hold what the shapes imply.
+/// product, the bias or `dx` does not hold what the shapes imply.
 pub fn store_phases<D: CpuFloat>(
     isa: Isa,
     shape: &ConvShape,
     out_channels: usize,
     phases: &[GradPhase],
     products: &[&[f32]],
+    bias: Option<&[f32]>,
     dx: &mut [D],
 ) -> Result<(), ConvError> {
-    store_erased(
-        isa,
-        shape,
-        out_channels,
+    if let Some(bias) = bias {
+        check_len("bias", shape.channels, bias.len())?;
+    }
+    let stored = Stored {
         phases,
         products,
-        D::floats_mut(dx),
-    )
+        bias,
+    };
+    store_erased(isa, shape, out_channels, &stored, D::floats_mut(dx))
+}
+
+/// What [`store_phases`] writes: the phases' products and the bias.
+struct Stored<'a> {
+    phases: &'a [GradPhase],
+    products: &'a [&'a [f32]],
+    bias: Option<&'a [f32]>,
 }
 
 /// [`store_phases`] for any type: not generic, so compiled here (`erased`).
@@ -342,26 +353,21 @@ fn store_erased(
     isa: Isa,
     shape: &ConvShape,
     out_channels: usize,
-    phases: &[GradPhase],
-    products: &[&[f32]],
+    stored: &Stored<'_>,
     dx: FloatsMut<'_>,
 ) -> Result<(), ConvError> {
-    typed_mut!(dx, |dx| store_typed(
-        isa,
-        shape,
-        out_channels,
-        phases,
-        products,
-        dx
-    ))
+    typed_mut!(dx, |dx| store_typed(isa, shape, out_channels, stored, dx))
 }
 
 fn store_typed<D: CpuFloat>(
     isa: Isa,
     shape: &ConvShape,
     out_channels: usize,
-    phases: &[GradPhase],
-    products: &[&[f32]],
+    &Stored {
+        phases,
+        products,
+        bias,
+    }: &Stored<'_>,
     dx: &mut [D],
 ) -> Result<(), ConvError> {
     if phases != shape.grad_phases()? {
@@ -408,6 +414,10 @@ fn store_typed<D: CpuFloat>(
                 let staged = &mut buf[..out.len()];
                 let first = s * lines_per_stage;
                 gather_lines(isa, &line, [sy, sx], nx, w, first, staged);
+                if let Some(bias) = bias {
+                    let b = bias[c];
+                    staged.iter_mut().for_each(|v| *v += b);
+                }
                 cast::convert_block(isa, staged, out);
             }
         }

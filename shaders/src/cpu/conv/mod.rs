@@ -5,7 +5,8 @@
 //! back into the input's. The input gradient is also a product per phase of the stride
 //! ([`ConvShape::grad_phases`], [`store_phases`]): `dy`'s columns at stride 1 times the
 //! phase's kernel taps, without a column gradient to sum. A 1-d convolution is the 2-d one
-//! with a height of 1.
+//! with a height of 1. A depthwise convolution (a group a channel) runs directly instead
+//! ([`depthwise`] and its gradients). Max pooling shares the geometry ([`max_pool`]).
 //!
 //! The columns of several samples sit side by side (`cols[k, n * positions + p]`), so one
 //! product covers a chunk of the batch; a caller bounds the chunk to keep `cols` small.
@@ -29,10 +30,14 @@ use super::cast::{self, CpuFloat};
 use super::erased::{Floats, FloatsMut, typed, typed_mut};
 use super::parallel;
 
+mod depthwise;
 mod input_grad;
 mod phases;
+mod pool;
+pub use depthwise::{depthwise, depthwise_input_grad, depthwise_weight_grad};
 pub use input_grad::{GradPhase, store_phases};
 use phases::Phases;
+pub use pool::{NO_POSITION, max_pool, max_pool_backward};
 
 /// Values one job of `im2col` or `col2im` copies at least: rows (or planes) go to rayon's
 /// threads in groups this large. A convolution split over the batch calls these from each

@@ -127,6 +127,22 @@ pub(crate) fn map_unary<I: CpuFloat, O: CpuFloat>(
 
 /// [`map_unary`] for any types: not generic, so compiled here (`erased`).
 fn map_unary_erased(isa: Isa, x: Floats<'_>, out: FloatsMut<'_>, f: &(dyn Fn(&mut [f32]) + Sync)) {
+    let out = match (&x, out) {
+        (Floats::F32(x), FloatsMut::F32(out)) => {
+            // f32 both ways: `f` works on the output's block itself (the block copied
+            // once, not into a buffer and back).
+            debug_assert_eq!(x.len(), out.len());
+            parallel::chunks(out, CHUNK, |c, out| {
+                let x = parallel::chunk(x, CHUNK, c);
+                for (x, out) in x.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
+                    out.copy_from_slice(x);
+                    f(out);
+                }
+            });
+            return;
+        }
+        (_, out) => out,
+    };
     typed!(x, |x| typed_mut!(out, |out| map_unary_typed(
         isa, x, out, f
     )))
@@ -172,6 +188,23 @@ fn map_binary_erased(
     out: FloatsMut<'_>,
     f: &(dyn Fn(&[f32], &mut [f32]) + Sync),
 ) {
+    let out = match (&a, &b, out) {
+        (Floats::F32(a), Floats::F32(b), FloatsMut::F32(out)) => {
+            // f32 throughout: `f` reads `a` where it lies and works on the output's block
+            // (`b` copied once, not both operands into buffers and the result back).
+            debug_assert!(a.len() == out.len() && b.len() == out.len());
+            parallel::chunks(out, CHUNK, |c, out| {
+                let (a, b) = (parallel::chunk(a, CHUNK, c), parallel::chunk(b, CHUNK, c));
+                let blocks = a.chunks(BLOCK).zip(b.chunks(BLOCK));
+                for ((a, b), out) in blocks.zip(out.chunks_mut(BLOCK)) {
+                    out.copy_from_slice(b);
+                    f(a, out);
+                }
+            });
+            return;
+        }
+        (.., out) => out,
+    };
     typed!(a, |a| typed!(b, |b| typed_mut!(out, |out| {
         map_binary_typed(isa, a, b, out, f)
     })))

@@ -14,7 +14,7 @@ use burn_tensor::DType;
 use burn_tensor::ops::FloatTensor;
 
 use super::super::super::{ConvArgs, Routed};
-use super::super::conv::ConvPlan;
+use super::super::convolution::Convolution;
 use super::node::{Grads, record};
 
 type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
@@ -24,7 +24,7 @@ type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
 struct ConvState {
     x: FlexTensor,
     weight: FlexTensor,
-    plan: ConvPlan,
+    plan: Convolution,
     kernel: Kernel,
     /// x, weight, bias.
     dtypes: [DType; 3],
@@ -49,7 +49,8 @@ pub(crate) fn conv<C: CheckpointStrategy>(
 ) -> Routed<Tensor<C>, ConvArgs<Autodiff<Flex, C>>> {
     let (x, weight, bias, geometry) = &args;
     let bias_primitive = bias.as_ref().map(|b| &b.primitive);
-    let Some(plan) = ConvPlan::of(&x.primitive, &weight.primitive, bias_primitive, geometry) else {
+    let Some(plan) = Convolution::of(&x.primitive, &weight.primitive, bias_primitive, geometry)
+    else {
         return Routed::Declined(args);
     };
     let kernel = Kernel::select(isa, format);

@@ -8,9 +8,11 @@ mod conv;
 mod layout;
 mod nn;
 mod node;
+mod pool;
 mod products;
 
 pub(crate) use conv::conv;
 pub(crate) use layout::{contiguous, swap_dims};
 pub(crate) use nn::{binary, gelu, layer_norm, mask_fill, relu, scalar, softmax};
+pub(crate) use pool::max_pool2d;
 pub(crate) use products::{cast, linear, matmul};

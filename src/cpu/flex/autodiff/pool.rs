@@ -1,0 +1,57 @@
+//! 2-d max pooling as an op of `Autodiff<Flex, C>`: the forward pass keeps each output's
+//! position in its input plane, and the backward pass adds the gradient back there.
+
+use burn::backend::Autodiff;
+use burn::backend::Flex;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn_amp_kernels::cpu::Isa;
+use burn_tensor::DType;
+use burn_tensor::ops::FloatTensor;
+
+use super::super::super::{MaxPool2dArgs, Routed};
+use super::super::max_pool::MaxPoolPlan;
+
+type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
+
+#[derive(Debug)]
+struct MaxPool;
+
+impl Backward<Flex, 1> for MaxPool {
+    /// The plan, the positions the outputs came from, the input's dtype.
+    type State = (MaxPoolPlan, Vec<u32>, DType);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let _time = crate::cost::timed("max_pool2d (backward)", None);
+        let (plan, positions, dtype) = ops.state;
+        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
+            plan.backward(&grad, &positions, dtype)
+        });
+    }
+}
+
+/// 2-d max pooling in `x`'s dtype; `x` back when the kernel does not take it.
+pub(crate) fn max_pool2d<C: CheckpointStrategy>(
+    isa: Isa,
+    x: Tensor<C>,
+    args: MaxPool2dArgs,
+) -> Routed<Tensor<C>, Tensor<C>> {
+    let Some(plan) = MaxPoolPlan::of(&x.primitive, &args) else {
+        return Routed::Declined(x);
+    };
+    Routed::Ran(
+        match MaxPool
+            .prepare::<C>([x.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let (y, positions) = plan.forward(isa, &x.primitive, true);
+                prep.finish((plan, positions, x.primitive.dtype()), y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(plan.forward(isa, &x.primitive, false).0),
+        },
+    )
+}
