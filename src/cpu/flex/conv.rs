@@ -3,7 +3,9 @@
 //! sums (the weight packed for the GEMM once per call), the result in the dtype asked for;
 //! and the gradients, each in its operand's dtype (an f32 weight's summed over the batch in
 //! f32, written in f32; the input's a product per phase of the stride, from the output
-//! gradient's columns, each phase's weight packed once per call).
+//! gradient's columns, each phase's weight packed once per call). A transposed
+//! convolution is that input gradient (plus its bias): it runs as such, and its gradients
+//! are the convolution's output and weight gradient.
 
 use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::cast::{self, CpuFloat, Format};
@@ -75,44 +77,29 @@ impl ConvPlan {
         bias: Option<&FlexTensor>,
         g: &ConvGeometry,
     ) -> Option<ConvPlan> {
-        format(x.dtype())?;
-        format(weight.dtype())?;
-        if let Some(b) = bias {
-            format(b.dtype())?;
-        }
-        let (xs, ws) = (x.layout().shape(), weight.layout().shape());
-        let rank = xs.num_dims();
-        if g.groups != 1 || ws.num_dims() != rank || !(rank == 3 || rank == 4) {
+        let ops = Operands::of(x, weight, bias)?;
+        let (xs, ws) = (ops.x, ops.weight);
+        if g.groups != 1 {
             return None;
         }
-        let dims = |s: &Shape| {
-            if rank == 4 { [s[2], s[3]] } else { [1, s[2]] }
-        };
+        let size = ops.spatial(xs);
+        let kernel = ops.spatial(ws);
         // The convolution's input channels, output channels and input size.
         let (channels, out_channels, size) = match g.transposed {
-            None if ws[1] == xs[1] => (xs[1], ws[0], dims(xs)),
+            None if ws[1] == xs[1] => (xs[1], ws[0], size),
             Some(padding_out) if ws[0] == xs[1] => {
-                let size = dims(xs);
                 let axis = |a: usize| {
-                    let reach = (size[a].checked_sub(1)? * g.stride[a])
-                        + g.dilation[a] * dims(ws)[a].checked_sub(1)?
-                        + 1
-                        + padding_out[a];
-                    reach.checked_sub(2 * g.padding[a])
+                    (size[a].checked_sub(1)?.checked_mul(g.stride[a])?)
+                        .checked_add(g.dilation[a].checked_mul(kernel[a].checked_sub(1)?)?)?
+                        .checked_add(1)?
+                        .checked_add(padding_out[a])?
+                        .checked_sub(g.padding[a].checked_mul(2)?)
                 };
                 (ws[1], ws[0], [axis(0)?, axis(1)?])
             }
             _ => return None,
         };
-        let shape = ConvShape {
-            batch: xs[0],
-            channels,
-            size,
-            kernel: dims(ws),
-            stride: g.stride,
-            padding: g.padding,
-            dilation: g.dilation,
-        };
+        let shape = ops.conv_shape(channels, size, g);
         let transposed = g.transposed.is_some();
         let biased = if transposed { channels } else { out_channels };
         if bias.is_some_and(|b| b.layout().num_elements() != biased) {
@@ -121,16 +108,10 @@ impl ConvPlan {
         let out_size = shape.out_size()?;
         // A transposed convolution's input is its convolution's output, whole (an output
         // padding of a stride or more would leave positions out).
-        if transposed && out_size != dims(xs) {
+        if transposed && out_size != ops.spatial(xs) {
             return None;
         }
-        let of = |c: usize, [h, w]: [usize; 2]| {
-            if rank == 4 {
-                Shape::new([xs[0], c, h, w])
-            } else {
-                Shape::new([xs[0], c, w])
-            }
-        };
+        let of = |c: usize, size: [usize; 2]| ops.shape(c, size);
         Some(ConvPlan {
             shape,
             out_channels,
@@ -596,6 +577,67 @@ impl ConvPlan {
             for (o, sum) in db.iter_mut().enumerate() {
                 *sum += cast::sum_widened(isa, &g[o * count * l..(o + 1) * count * l]);
             }
+        }
+    }
+}
+
+/// A convolution's operands as burn-amp's kernels take them: dtypes they read (the bias's
+/// too), an input and a weight of one rank, 3 (1-d, read as 2-d of height 1) or 4.
+pub(super) struct Operands<'a> {
+    pub x: &'a Shape,
+    pub weight: &'a Shape,
+}
+
+impl<'a> Operands<'a> {
+    pub(super) fn of(
+        x: &'a FlexTensor,
+        weight: &'a FlexTensor,
+        bias: Option<&FlexTensor>,
+    ) -> Option<Operands<'a>> {
+        format(x.dtype())?;
+        format(weight.dtype())?;
+        if let Some(b) = bias {
+            format(b.dtype())?;
+        }
+        let (xs, ws) = (x.layout().shape(), weight.layout().shape());
+        let rank = xs.num_dims();
+        (ws.num_dims() == rank && (rank == 3 || rank == 4))
+            .then_some(Operands { x: xs, weight: ws })
+    }
+
+    /// The height and width of `s` (one of the operands' rank; height 1 in 1-d).
+    pub(super) fn spatial(&self, s: &Shape) -> [usize; 2] {
+        match s.num_dims() {
+            4 => [s[2], s[3]],
+            _ => [1, s[2]],
+        }
+    }
+
+    /// The shape `[batch, channels, h, w]` of the operands' rank (`[batch, channels, w]`
+    /// in 1-d).
+    pub(super) fn shape(&self, channels: usize, [h, w]: [usize; 2]) -> Shape {
+        match self.x.num_dims() {
+            4 => Shape::new([self.x[0], channels, h, w]),
+            _ => Shape::new([self.x[0], channels, w]),
+        }
+    }
+
+    /// The geometry of a convolution of `channels` input channels of `size` by the
+    /// weight's kernel.
+    pub(super) fn conv_shape(
+        &self,
+        channels: usize,
+        size: [usize; 2],
+        g: &ConvGeometry,
+    ) -> ConvShape {
+        ConvShape {
+            batch: self.x[0],
+            channels,
+            size,
+            kernel: self.spatial(self.weight),
+            stride: g.stride,
+            padding: g.padding,
+            dilation: g.dilation,
         }
     }
 }

@@ -10,8 +10,9 @@ use burn_amp_kernels::cpu::gemm::Kernel;
 use burn_tensor::{DType, Shape};
 
 use super::super::ConvGeometry;
+use super::conv::Operands;
 use super::layout::contiguous;
-use super::tensor::{converted, format, from_vec, to_fill, values, values_f32};
+use super::tensor::{converted, from_vec, to_fill, values, values_f32};
 use crate::dtype::with_float;
 
 /// A depthwise convolution the kernels take, with its shapes.
@@ -31,43 +32,17 @@ impl DepthwisePlan {
         bias: Option<&FlexTensor>,
         g: &ConvGeometry,
     ) -> Option<DepthwisePlan> {
-        format(x.dtype())?;
-        format(weight.dtype())?;
-        if let Some(b) = bias {
-            format(b.dtype())?;
-        }
-        let (xs, ws) = (x.layout().shape(), weight.layout().shape());
-        let rank = xs.num_dims();
-        if g.transposed.is_some() || ws.num_dims() != rank || !(rank == 3 || rank == 4) {
-            return None;
-        }
+        let ops = Operands::of(x, weight, bias)?;
+        let (xs, ws) = (ops.x, ops.weight);
         let c = xs[1];
-        if c < 2 || g.groups != c || ws[0] != c || ws[1] != 1 {
+        if g.transposed.is_some() || c < 2 || g.groups != c || ws[0] != c || ws[1] != 1 {
             return None;
         }
         if bias.is_some_and(|b| b.layout().num_elements() != c) {
             return None;
         }
-        let (size, kernel) = if rank == 4 {
-            ([xs[2], xs[3]], [ws[2], ws[3]])
-        } else {
-            ([1, xs[2]], [1, ws[2]])
-        };
-        let shape = ConvShape {
-            batch: xs[0],
-            channels: c,
-            size,
-            kernel,
-            stride: g.stride,
-            padding: g.padding,
-            dilation: g.dilation,
-        };
-        let [oh, ow] = shape.out_size()?;
-        let out = if rank == 4 {
-            Shape::new([xs[0], c, oh, ow])
-        } else {
-            Shape::new([xs[0], c, ow])
-        };
+        let shape = ops.conv_shape(c, ops.spatial(xs), g);
+        let out = ops.shape(c, shape.out_size()?);
         Some(DepthwisePlan { shape, out })
     }
 

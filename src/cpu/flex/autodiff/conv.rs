@@ -1,7 +1,7 @@
-//! 1-d and 2-d convolutions as ops of `Autodiff<Flex, C>`, on the CPU GEMM both ways: the
-//! operands kept for the backward pass are the inputs themselves (an f32 weight that lives
-//! anyway), not columns or rounded copies; the columns are made again for the weight's
-//! gradient.
+//! 1-d and 2-d convolutions (plain, transposed or depthwise) as ops of `Autodiff<Flex, C>`,
+//! on burn-amp's kernels both ways: the operands kept for the backward pass are the inputs
+//! themselves (an f32 weight that lives anyway), not columns or rounded copies; the
+//! columns are made again for the weight's gradient.
 
 use burn::backend::Autodiff;
 use burn::backend::Flex;
