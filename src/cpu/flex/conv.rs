@@ -21,6 +21,7 @@ use bytemuck::Pod;
 
 use super::super::ConvGeometry;
 use super::layout::contiguous;
+use super::nn::block_sums;
 use super::tensor::{converted, format, from_vec, to_fill, values, values_f32, zeros};
 use crate::dtype::with_float;
 
@@ -160,7 +161,7 @@ impl ConvPlan {
         out: DType,
     ) -> FlexTensor {
         if self.transposed {
-            let bias = bias.map(|b| values_f32(kernel.isa(), &contiguous(b)));
+            let bias = bias.map(|b| values_f32(kernel.isa(), b));
             return self.input_grad(kernel, weight, x, bias.as_deref(), out);
         }
         self.direct(kernel, x, weight, bias, out)
@@ -320,9 +321,8 @@ impl ConvPlan {
             let isa = kernel.isa();
             let dy = contiguous(dy);
             let plane = self.shape.size[0] * self.shape.size[1];
-            let sums = with_float!(dy.dtype(), G => {
-                channel_sums(isa, values::<G>(&dy), self.shape.channels, plane)
-            });
+            let blocks = [self.shape.batch, self.shape.channels, plane];
+            let sums = with_float!(dy.dtype(), G => block_sums(isa, values::<G>(&dy), blocks));
             let shape = Shape::new([self.shape.channels]);
             with_float!(dtypes[2], D => from_vec::<D>(converted::<f32, D>(isa, &sums), shape))
         });
@@ -647,18 +647,6 @@ impl<'a> Operands<'a> {
 /// rounding, so the same bits).
 fn rounded<W: CpuFloat, F: CpuFloat>(isa: Isa, weight: &[W]) -> Vec<F> {
     cast::to_vec(isa, weight)
-}
-
-/// The sums of each channel's values of `values` (`[samples, channels, plane]`), widened
-/// to f32 and summed in lanes.
-fn channel_sums<G: CpuFloat>(isa: Isa, values: &[G], channels: usize, plane: usize) -> Vec<f32> {
-    let mut sums = vec![0f32; channels];
-    if plane > 0 && channels > 0 {
-        for (i, row) in values.chunks_exact(plane).enumerate() {
-            sums[i % channels] += cast::sum_widened(isa, row);
-        }
-    }
-    sums
 }
 
 /// How a convolution's batch is split across threads (see `ConvPlan::split`).

@@ -245,8 +245,13 @@ fn kept_block(full: &Shape, shape: &Shape) -> Option<[usize; 3]> {
 
 /// The sums over `outer` and `inner` of `values` (`[outer, kept, inner]`, see
 /// [`kept_block`]), one per kept position, in f32: each in the same order whatever the
-/// threads (each thread takes its own kept positions over the whole tensor).
-fn block_sums<G: CpuFloat>(isa: Isa, values: &[G], [outer, kept, inner]: [usize; 3]) -> Vec<f32> {
+/// threads (each thread takes its own kept positions over the whole tensor). A
+/// convolution's bias gradient is the `[batch, channels, plane]` case.
+pub(super) fn block_sums<G: CpuFloat>(
+    isa: Isa,
+    values: &[G],
+    [outer, kept, inner]: [usize; 3],
+) -> Vec<f32> {
     use rayon::prelude::*;
     let mut sums = vec![0f32; kept];
     if values.is_empty() {
