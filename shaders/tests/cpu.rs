@@ -281,6 +281,44 @@ fn sums_of_widened_values_follow_the_documented_order_on_every_instruction_set()
     assert!(cast::sum_widened(Isa::detect(), &special).is_nan());
 }
 
+#[test]
+fn sums_of_products_follow_the_documented_order_on_every_instruction_set() {
+    // `dot_widened`: each product rounded to f32, then summed in `sum_widened`'s order, so
+    // the sum of the products written out.
+    fn check<S: CpuFloat>(seed: u64) {
+        for len in (0..40).chain([255, 256, 257, 1000, 4099]) {
+            let a: Vec<S> = random(len, seed + len as u64);
+            let b: Vec<S> = random(len, seed + 1000 + len as u64);
+            let products: Vec<f32> = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| x.to_f32() * y.to_f32())
+                .collect();
+            let expected = cast::sum_widened(Isa::PORTABLE, &products);
+            for isa in Isa::available() {
+                let dot = cast::dot_widened(isa, &a, &b).unwrap();
+                assert_eq!(
+                    dot.to_bits(),
+                    expected.to_bits(),
+                    "{isa} {:?} {len}",
+                    S::FORMAT
+                );
+            }
+        }
+    }
+    check::<f32>(21);
+    check::<bf16>(22);
+    check::<f16>(23);
+    let err = cast::dot_widened(Isa::detect(), &[1.0f32; 4], &[1.0f32; 3]).unwrap_err();
+    assert_eq!(err, CastError::LengthMismatch { src: 4, dst: 3 });
+    let special = [1.0, f32::NAN].map(bf16::from_f32);
+    assert!(
+        cast::dot_widened(Isa::detect(), &special, &special)
+            .unwrap()
+            .is_nan()
+    );
+}
+
 // ---- GEMM ----
 
 fn round(x: f32, format: Format) -> f64 {

@@ -275,46 +275,58 @@ fn transposed_convolutions_run_on_the_gemm_and_match_flex() {
 }
 
 /// Output, input, weight and bias gradients of a grouped 2-d convolution of `channels`
-/// channels (`[channels, channels / groups, k, k]` weight) under `policy`, and the
-/// operands burn-amp's kernels rounded while packing.
+/// channels (`[channels, channels / groups, k, k]` weight) under `policy`, the operands
+/// burn-amp's kernels rounded while packing, and whether burn-amp's convolution node ran
+/// its backward pass (under a pure 16-bit policy the operands come rounded already).
 fn grouped(
     policy: &str,
     channels: usize,
     [h, w]: [usize; 2],
     kernel: usize,
     options: ConvOptions<2>,
-) -> ([Vec<f32>; 4], u64) {
+) -> ([Vec<f32>; 4], u64, bool) {
     let (batch, per_group) = (3, channels / options.groups);
     let x = Lcg::new(41).vec(batch * channels * h * w, 2.0);
     let weight = Lcg::new(42).vec(channels * per_group * kernel * kernel, 0.3);
     let bias = Lcg::new(43).vec(channels, 0.5);
-    with_policy(policy.parse::<Policy>().expect("a policy"), || {
-        let xt = tensor::<Ad, 4>(&x, [batch, channels, h, w], FloatDType::F32).require_grad();
-        let wdims = [channels, per_group, kernel, kernel];
-        let wt = tensor::<Ad, 4>(&weight, wdims, FloatDType::F32).require_grad();
-        let bt = tensor::<Ad, 1>(&bias, [channels], FloatDType::F32).require_grad();
-        let (y, cost) = burn_amp::cost::record(|| {
-            conv2d(xt.clone(), wt.clone(), Some(bt.clone()), options.clone())
-        });
-        let dims = y.dims();
-        let dy = TensorData::new(Lcg::new(44).vec(dims.iter().product(), 1.0), dims);
-        let dy = Tensor::<Ad, 4>::from_data(dy, &Default::default());
-        let grads = (y.clone().cast(FloatDType::F32) * dy).sum().backward();
-        let rounded = cost.rounded_in_kernel().map(|(.., n, _)| n).sum();
-        let out = [
-            values(y),
-            values(xt.grad(&grads).expect("dx")),
-            values(wt.grad(&grads).expect("dw")),
-            values(bt.grad(&grads).expect("db")),
-        ];
-        (out, rounded)
-    })
+    let ((out, rounded), profile) = burn_amp::cost::profile(|| {
+        with_policy(policy.parse::<Policy>().expect("a policy"), || {
+            let xt = tensor::<Ad, 4>(&x, [batch, channels, h, w], FloatDType::F32).require_grad();
+            let wdims = [channels, per_group, kernel, kernel];
+            let wt = tensor::<Ad, 4>(&weight, wdims, FloatDType::F32).require_grad();
+            let bt = tensor::<Ad, 1>(&bias, [channels], FloatDType::F32).require_grad();
+            let (y, cost) = burn_amp::cost::record(|| {
+                conv2d(xt.clone(), wt.clone(), Some(bt.clone()), options.clone())
+            });
+            let dims = y.dims();
+            let dy = TensorData::new(Lcg::new(44).vec(dims.iter().product(), 1.0), dims);
+            let dy = Tensor::<Ad, 4>::from_data(dy, &Default::default());
+            let grads = (y.clone().cast(FloatDType::F32) * dy).sum().backward();
+            let rounded = cost.rounded_in_kernel().map(|(.., n, _)| n).sum();
+            let out = [
+                values(y),
+                values(xt.grad(&grads).expect("dx")),
+                values(wt.grad(&grads).expect("dw")),
+                values(bt.grad(&grads).expect("db")),
+            ];
+            (out, rounded)
+        })
+    });
+    let ours = profile.entries().any(|e| e.op == "conv (backward)");
+    (out, rounded, ours)
 }
 
 #[test]
 fn depthwise_convolutions_run_on_their_kernel_and_match_flex() {
-    let flex =
-        |compute: &str| format!("params=float32,compute={compute},output=float32,kernels=backend");
+    // The same policy on Flex's ops: mixed (f32 variables and outputs) or pure 16-bit.
+    let flex = |policy: &str, compute: &str| {
+        let outer = if policy.starts_with("mixed") {
+            "float32"
+        } else {
+            compute
+        };
+        format!("params={outer},compute={compute},output={outer},kernels=backend")
+    };
     // (what, channels, size, kernel, options, taken by a kernel of burn-amp's)
     let cases = [
         (
@@ -359,17 +371,34 @@ fn depthwise_convolutions_run_on_their_kernel_and_match_flex() {
             false,
         ),
     ];
-    for (policy, compute) in [("mixed_bfloat16", "bfloat16"), ("mixed_float16", "float16")] {
+    let policies = [
+        ("mixed_bfloat16", "bfloat16"),
+        ("mixed_float16", "float16"),
+        ("bfloat16", "bfloat16"),
+        ("float16", "float16"),
+    ];
+    for (policy, compute) in policies {
         for (what, channels, size, kernel, options, taken) in cases.clone() {
             let on = format!("{what}, {policy}");
-            let (ours, rounded) = grouped(policy, channels, size, kernel, options.clone());
-            let (want, flex_rounded) = grouped(&flex(compute), channels, size, kernel, options);
-            assert_eq!(flex_rounded, 0, "{on}: the reference runs Flex's ops");
-            assert_eq!(
-                rounded > 0,
-                taken,
-                "{on}: on burn-amp's kernels ({rounded} rounded)"
+            let (ours, rounded, ran) = grouped(policy, channels, size, kernel, options.clone());
+            let reference = flex(policy, compute);
+            let (want, flex_rounded, flex_ran) =
+                grouped(&reference, channels, size, kernel, options);
+            assert!(
+                flex_rounded == 0 && !flex_ran,
+                "{on}: the reference runs Flex's ops"
             );
+            assert_eq!(
+                ran, taken,
+                "{on}: on burn-amp's kernels, forward and backward"
+            );
+            if policy.starts_with("mixed") {
+                assert_eq!(
+                    rounded > 0,
+                    taken,
+                    "{on}: f32 operands rounded by the kernel ({rounded} rounded)"
+                );
+            }
             let names = [
                 "output",
                 "input gradient",

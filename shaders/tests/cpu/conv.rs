@@ -815,6 +815,19 @@ fn max_pools_pick_the_first_largest_value_of_each_window_and_add_gradients_back_
         padding: [1, 1],
         ..ConvShape::new(2, 2, [3, 4], [1, 1])
     });
+    // The 2x2 windows of stride 2 that have their own path: even and odd sizes (the last
+    // row or column left out), a plane of one window, many planes a task.
+    for (batch, channels, size) in [
+        (2, 3, [6, 8]),
+        (1, 2, [5, 7]),
+        (1, 1, [2, 2]),
+        (9, 40, [4, 6]),
+    ] {
+        cases.push(ConvShape {
+            stride: [2, 2],
+            ..ConvShape::new(batch, channels, size, [2, 2])
+        });
+    }
     for shape in cases {
         let mut rng = Rng(51 + shape.patch() as u64);
         // Few levels (ties), a NaN and a -inf now and then.

@@ -475,6 +475,82 @@ fn arithmetic_is_the_f32_operation_rounded_once() {
 }
 
 #[test]
+fn a_repeated_operand_gives_the_bits_of_its_expansion() {
+    // `[outer, kept, inner]` against `[kept]`: each side, each op, each format, with block
+    // boundaries (512 values) and task boundaries (16,384) falling inside runs, an inner of
+    // one (the repeated values consecutive) and a kept of one (a scalar).
+    let ops = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
+    let sides = [nn::Broadcast::Left, nn::Broadcast::Right];
+    fn check<T: Bits>(op: BinaryOp, side: nn::Broadcast, blocks: [usize; 3]) {
+        let [outer, kept, inner] = blocks;
+        let n = outer * kept * inner;
+        let a: Vec<T> = narrow(&awkward(n, 100.0, 3));
+        let b: Vec<T> = narrow(&awkward(kept, 3.0, 4));
+        let expanded: Vec<T> = (0..n).map(|i| b[(i / inner) % kept]).collect();
+        let mut want = vec![T::default(); n];
+        match side {
+            nn::Broadcast::Right => nn::binary(Isa::PORTABLE, op, &a, &expanded, &mut want),
+            nn::Broadcast::Left => nn::binary(Isa::PORTABLE, op, &expanded, &a, &mut want),
+        }
+        .unwrap();
+        let what = format!("{op:?} {side:?} {blocks:?} {:?}", T::FORMAT);
+        let got = same_bits_everywhere(&what, |isa| {
+            let mut out = vec![T::default(); n];
+            nn::binary_broadcast(isa, op, &a, &b, blocks, side, &mut out).unwrap();
+            out
+        });
+        assert_eq!(bits(&got), bits(&want), "{what}");
+    }
+    for blocks in [
+        [3, 5, 1000],
+        [7, 33, 1],
+        [2, 1, 40_000],
+        [1, 700, 37],
+        [5, 3, 2],
+    ] {
+        for op in ops {
+            for side in sides {
+                check::<f32>(op, side, blocks);
+                check::<bf16>(op, side, blocks);
+                check::<f16>(op, side, blocks);
+            }
+        }
+    }
+    let (x, mut y) = (vec![0f32; 12], vec![0f32; 12]);
+    let right = nn::Broadcast::Right;
+    for (b, blocks, out) in [(2, [2, 3, 2], 12), (3, [2, 3, 3], 12), (3, [2, 3, 2], 11)] {
+        assert!(
+            matches!(
+                nn::binary_broadcast(
+                    Isa::detect(),
+                    BinaryOp::Add,
+                    &x,
+                    &x[..b],
+                    blocks,
+                    right,
+                    &mut y[..out]
+                ),
+                Err(NnError::Length { .. })
+            ),
+            "{b} values against {blocks:?} into {out}"
+        );
+    }
+    let huge = [usize::MAX, 2, 2];
+    assert!(matches!(
+        nn::binary_broadcast(
+            Isa::detect(),
+            BinaryOp::Add,
+            &x,
+            &x[..2],
+            huge,
+            right,
+            &mut y
+        ),
+        Err(NnError::Length { .. })
+    ));
+}
+
+#[test]
 fn dropout_masks_are_bernoulli_and_repeatable() {
     let n = 1 << 20;
     for p in [0.0, 0.1, 0.5, 0.9, 1.0] {

@@ -20,8 +20,8 @@ use burn_tensor::{DType, Shape};
 use bytemuck::Pod;
 
 use super::super::ConvGeometry;
+use super::arithmetic::block_sums;
 use super::layout::contiguous;
-use super::nn::block_sums;
 use super::tensor::{converted, format, from_vec, to_fill, values, values_f32, zeros};
 use crate::dtype::with_float;
 

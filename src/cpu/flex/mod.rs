@@ -6,6 +6,10 @@
 //! (`layout`), as plain ops of `Flex` and as differentiable ops of `Autodiff<Flex>`
 //! (`autodiff`). The decorator reaches them through the table of `crate::cpu`.
 
+#[macro_use]
+mod tensor;
+
+mod arithmetic;
 mod autodiff;
 mod cast;
 mod conv;
@@ -20,8 +24,6 @@ mod optim;
 mod pool;
 
 pub use pool::empty_cache;
-#[macro_use]
-mod tensor;
 
 use burn::backend::Autodiff;
 use burn::backend::Flex;
@@ -124,17 +126,17 @@ fn binary(
     lhs: FlexTensor,
     rhs: FlexTensor,
 ) -> Routed<FlexTensor, [FlexTensor; 2]> {
-    if !nn::takes_binary(&lhs, &rhs) || lhs.dtype() != rhs.dtype() {
+    if !arithmetic::takes_binary(&lhs, &rhs) || lhs.dtype() != rhs.dtype() {
         return Routed::Declined([lhs, rhs]);
     }
-    Routed::Ran(nn::binary(isa, op, &lhs, &rhs, lhs.dtype()))
+    Routed::Ran(arithmetic::binary(isa, op, &lhs, &rhs, lhs.dtype()))
 }
 
 fn scalar(isa: Isa, op: BinaryOp, x: FlexTensor, s: f32) -> Routed<FlexTensor, FlexTensor> {
     if !nn::takes(&x) {
         return Routed::Declined(x);
     }
-    Routed::Ran(nn::scalar(isa, op, &x, s, x.dtype()))
+    Routed::Ran(arithmetic::scalar(isa, op, &x, s, x.dtype()))
 }
 
 fn mask_fill(

@@ -1,35 +1,19 @@
 //! The `nn` kernels (`burn_amp_kernels::cpu::nn`) on Flex tensors: softmax, layer norm,
-//! GELU, elementwise arithmetic, dropout masks and `mask_fill`, forward and backward, each
+//! GELU and ReLU, dropout masks and `mask_fill`, forward and backward (the arithmetic is
+//! `arithmetic`'s), each
 //! reading its operands in their own dtype (a view is made contiguous first) and writing a
 //! new contiguous tensor. `takes_*` say which tensors they take; the rest go to Flex.
 
 use burn::backend::Flex;
 use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::Isa;
-use burn_amp_kernels::cpu::cast::{self, CpuFloat};
-use burn_amp_kernels::cpu::nn::{self, BinaryOp, LayerNormStats};
-use burn_tensor::ops::{FloatTensorOps, IntTensorOps};
-use burn_tensor::{BoolStore, DType, Distribution, ElementConversion, FloatDType, IntDType, Shape};
+use burn_amp_kernels::cpu::nn::{self, LayerNormStats};
+use burn_tensor::ops::IntTensorOps;
+use burn_tensor::{BoolStore, DType, Distribution, ElementConversion, IntDType, Shape};
 
 use super::layout::contiguous;
 use super::tensor::{converted, format, from_vec, to_fill, values, values_f32};
 use crate::dtype::with_float;
-
-/// A new contiguous tensor of `$shape` in `$dtype`, its values written by `$body` into `$y`
-/// (a zeroed slice of the dtype's element type).
-macro_rules! new_tensor {
-    ($shape:expr, $dtype:expr, $y:ident => $body:expr) => {{
-        let shape: Shape = $shape;
-        with_float!($dtype, O => {
-            let mut out = to_fill::<O>(shape.num_elements());
-            {
-                let $y: &mut [O] = &mut out;
-                $body;
-            }
-            from_vec::<O>(out, shape)
-        })
-    }};
-}
 
 /// Whether the row kernels (softmax, layer norm) take `t`: a float dtype they read, at
 /// least one dimension, a non-empty last one.
@@ -175,136 +159,6 @@ pub(crate) fn relu_backward(isa: Isa, y: &FlexTensor, dy: &FlexTensor, dtype: DT
     new_tensor!(y.layout().shape().clone(), dtype, dx => with_float!(y.dtype(), Y => with_float!(dy.dtype(), G => {
         nn::relu_backward(isa, values::<Y>(&y), values::<G>(&dy), dx).expect("equal lengths")
     })))
-}
-
-/// Whether the elementwise kernels take `a op b`: dtypes they read, shapes that broadcast.
-pub(crate) fn takes_binary(a: &FlexTensor, b: &FlexTensor) -> bool {
-    takes(a) && takes(b) && broadcast_shape(a.layout().shape(), b.layout().shape()).is_some()
-}
-
-/// The shape `a` and `b` broadcast to: one rank, each dimension equal or 1 on one side.
-pub(crate) fn broadcast_shape(a: &Shape, b: &Shape) -> Option<Shape> {
-    if a.num_dims() != b.num_dims() {
-        return None;
-    }
-    let dims = a
-        .as_slice()
-        .iter()
-        .zip(b.as_slice())
-        .map(|(&x, &y)| match (x, y) {
-            _ if x == y => Some(x),
-            (1, y) => Some(y),
-            (x, 1) => Some(x),
-            _ => None,
-        });
-    Some(Shape::from(dims.collect::<Option<Vec<_>>>()?))
-}
-
-/// `g`, the gradient of an operand broadcast to `g`'s shape, summed back to the operand's
-/// `shape` (in f32, whatever `g`'s dtype) and given in `dtype`.
-pub(crate) fn unbroadcast(isa: Isa, g: FlexTensor, shape: &Shape, dtype: DType) -> FlexTensor {
-    if g.layout().shape() == shape {
-        return g;
-    }
-    if let Some(blocks) = kept_block(g.layout().shape(), shape)
-        && format(g.dtype()).is_some()
-    {
-        let g = contiguous(&g);
-        let sums = with_float!(g.dtype(), G => block_sums(isa, values::<G>(&g), blocks));
-        return with_float!(dtype, D => from_vec::<D>(converted::<f32, D>(isa, &sums), shape.clone()));
-    }
-    let mut sum = super::cast::cast(isa, g, FloatDType::F32);
-    for (d, &n) in shape.as_slice().iter().enumerate() {
-        if n == 1 && sum.layout().shape()[d] != 1 {
-            sum = Flex::float_sum_dim(sum, d);
-        }
-    }
-    let dtype = FloatDType::from(dtype);
-    super::cast::cast(isa, sum, dtype)
-}
-
-/// `[outer, kept, inner]`: the sizes of the dimensions before, within and after the one
-/// run of dimensions `shape` keeps of `full` (a batch norm's `[1, C, 1, 1]` of `[N, C, H,
-/// W]`, a bias's `[1, 1, W]`), where every dimension outside it is 1 in `shape`; `None`
-/// for other broadcasts (ranks that differ, kept dimensions apart).
-fn kept_block(full: &Shape, shape: &Shape) -> Option<[usize; 3]> {
-    let (full, shape) = (full.as_slice(), shape.as_slice());
-    if full.len() != shape.len() {
-        return None;
-    }
-    // The first and last dimension `shape` keeps (of a size other than 1 in `full`).
-    let kept = |d: &usize| full[*d] != 1 && shape[*d] != 1;
-    // None kept (a sum of everything): one run of all the values.
-    let first = (0..full.len()).find(kept).unwrap_or(0);
-    let last = (0..full.len()).rev().find(kept).map_or(first, |d| d + 1);
-    let within = (first..last).all(|d| shape[d] == full[d]);
-    let outside = (0..first).chain(last..full.len()).all(|d| shape[d] == 1);
-    let size = |r: core::ops::Range<usize>| full[r].iter().product::<usize>();
-    (within && outside).then(|| [size(0..first), size(first..last), size(last..full.len())])
-}
-
-/// The sums over `outer` and `inner` of `values` (`[outer, kept, inner]`, see
-/// [`kept_block`]), one per kept position, in f32: each in the same order whatever the
-/// threads (each thread takes its own kept positions over the whole tensor). A
-/// convolution's bias gradient is the `[batch, channels, plane]` case.
-pub(super) fn block_sums<G: CpuFloat>(
-    isa: Isa,
-    values: &[G],
-    [outer, kept, inner]: [usize; 3],
-) -> Vec<f32> {
-    use rayon::prelude::*;
-    let mut sums = vec![0f32; kept];
-    if values.is_empty() {
-        return sums;
-    }
-    // About this many values a task.
-    let per_task = (1usize << 15).div_ceil(outer * inner).max(1);
-    sums.par_chunks_mut(per_task)
-        .enumerate()
-        .for_each(|(t, sums)| {
-            let k0 = t * per_task;
-            for a in 0..outer {
-                let row = &values[(a * kept + k0) * inner..][..sums.len() * inner];
-                if inner == 1 {
-                    cast::add_widened(isa, row, sums).expect("equal lengths");
-                } else {
-                    for (sum, run) in sums.iter_mut().zip(row.chunks_exact(inner)) {
-                        *sum += cast::sum_widened(isa, run);
-                    }
-                }
-            }
-        });
-    sums
-}
-
-/// `a op b` (shapes that broadcast, see [`takes_binary`]), in `dtype`: an operand of 1
-/// along a dimension the other has is read as repeated along it.
-pub(crate) fn binary(
-    isa: Isa,
-    op: BinaryOp,
-    a: &FlexTensor,
-    b: &FlexTensor,
-    dtype: DType,
-) -> FlexTensor {
-    let shape = broadcast_shape(a.layout().shape(), b.layout().shape())
-        .expect("shapes that broadcast (takes_binary)");
-    // Expanded as views (stride 0 along the repeated dimensions), then made contiguous.
-    let expand = |t: &FlexTensor| match t.layout().shape() == &shape {
-        true => contiguous(t),
-        false => contiguous(&Flex::float_expand(t.clone(), shape.clone())),
-    };
-    let (a, b) = (expand(a), expand(b));
-    new_tensor!(shape, dtype, y => with_float!(a.dtype(), A => with_float!(b.dtype(), B => {
-        nn::binary(isa, op, values::<A>(&a), values::<B>(&b), y).expect("equal lengths")
-    })))
-}
-
-/// `a op s`, in `dtype`.
-pub(crate) fn scalar(isa: Isa, op: BinaryOp, a: &FlexTensor, s: f32, dtype: DType) -> FlexTensor {
-    let a = contiguous(a);
-    new_tensor!(a.layout().shape().clone(), dtype, y => with_float!(a.dtype(), A => {
-        nn::scalar(isa, op, values::<A>(&a), s, y).expect("equal lengths")
-    }))
 }
 
 /// A key for one random tensor, drawn from Flex's own generator (so `Flex::seed` makes the

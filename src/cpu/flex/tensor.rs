@@ -118,3 +118,19 @@ pub(super) fn values_f32(isa: burn_amp_kernels::cpu::Isa, t: &FlexTensor) -> Vec
         burn_amp_kernels::cpu::cast::to_vec::<T, f32>(isa, values::<T>(&t))
     })
 }
+
+/// A new contiguous tensor of `$shape` in `$dtype`, its values written by `$body` into `$y`
+/// (a zeroed slice of the dtype's element type).
+macro_rules! new_tensor {
+    ($shape:expr, $dtype:expr, $y:ident => $body:expr) => {{
+        let shape: Shape = $shape;
+        with_float!($dtype, O => {
+            let mut out = to_fill::<O>(shape.num_elements());
+            {
+                let $y: &mut [O] = &mut out;
+                $body;
+            }
+            from_vec::<O>(out, shape)
+        })
+    }};
+}

@@ -26,7 +26,7 @@ mod widened_sum;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
 
-pub use widened_sum::{add_widened, sum_widened};
+pub use widened_sum::{add_widened, dot_widened, sum_widened};
 
 use half::{bf16, f16};
 

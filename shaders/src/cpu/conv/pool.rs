@@ -105,7 +105,32 @@ pub fn max_pool<T: CpuFloat>(
         (best, at)
     };
     let per_task = TASK_VALUES.div_ceil(out_plane);
+    // The common 2x2 window of stride 2 (no padding or dilation): two input rows an output
+    // row, read where they lie.
+    let halving = shape.kernel == [2, 2]
+        && shape.stride == [2, 2]
+        && shape.padding == [0, 0]
+        && shape.dilation == [1, 1];
+    let halve = |t: usize, out: &mut [T], mut positions: Option<&mut [u32]>| {
+        let (mut rows, mut best, mut at) = (vec![0f32; 2 * w], vec![0f32; ow], vec![0u32; ow]);
+        for (i, dst) in out.chunks_mut(out_plane).enumerate() {
+            let p = t * per_task + i;
+            for oy in 0..oh {
+                let top = 2 * oy * w;
+                cast::convert_block(isa, &x[p * plane + top..][..2 * w], &mut rows);
+                let (upper, lower) = rows.split_at(w);
+                pool_2x2(isa, upper, lower, &mut best, &mut at, top as u32);
+                cast::convert_block(isa, &best, &mut dst[oy * ow..][..ow]);
+                if let Some(positions) = positions.as_deref_mut() {
+                    positions[i * out_plane + oy * ow..][..ow].copy_from_slice(&at);
+                }
+            }
+        }
+    };
     let pool = |t: usize, out: &mut [T], mut positions: Option<&mut [u32]>| {
+        if halving {
+            return halve(t, out, positions);
+        }
         let mut wide = vec![0f32; plane];
         let (mut best, mut at) = (vec![0f32; ow], vec![0u32; ow]);
         for (i, dst) in out.chunks_mut(out_plane).enumerate() {
@@ -151,6 +176,30 @@ pub fn max_pool<T: CpuFloat>(
         None => parallel::chunks(out, chunk, |t, out| pool(t, out, None)),
     }
     Ok(())
+}
+
+multiversion! {
+    /// 2x2 windows of stride 2 over the rows `upper` and `lower` (`upper` at `base` in its
+    /// plane): for each, the first largest value in the window's order (upper left, upper
+    /// right, lower left, lower right; a later one replaces it only where larger, so a NaN
+    /// only where it comes first) and its position in the plane.
+    fn pool_2x2(upper: &[f32], lower: &[f32], best: &mut [f32], at: &mut [u32], base: u32) {
+        let w = upper.len() as u32;
+        for (ox, (best, at)) in best.iter_mut().zip(at.iter_mut()).enumerate() {
+            let i = 2 * ox;
+            let (mut m, mut p) = (upper[i], base + i as u32);
+            if upper[i + 1] > m {
+                (m, p) = (upper[i + 1], base + i as u32 + 1);
+            }
+            if lower[i] > m {
+                (m, p) = (lower[i], base + w + i as u32);
+            }
+            if lower[i + 1] > m {
+                (m, p) = (lower[i + 1], base + w + i as u32 + 1);
+            }
+            (*best, *at) = (m, p);
+        }
+    }
 }
 
 multiversion! {

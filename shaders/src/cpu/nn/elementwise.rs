@@ -2,13 +2,15 @@
 //! an op with a scalar, in f32 on values read in any format. In f32 the result is the
 //! IEEE operation on the two values rounded to the output format once, the same as Flex's
 //! ops on bf16 and f16 (which widen, operate and round value by value) but a block at a
-//! time; the scalar is kept in f32 (Flex rounds it to the tensor's format first).
+//! time; the scalar is kept in f32 (Flex rounds it to the tensor's format first). An
+//! operand repeated along the other's leading and trailing dimensions (a batch norm's
+//! `[1, C, 1, 1]` statistic, a bias's `[1, 1, W]`) is read where it lies, not expanded.
 
 use crate::cpu::Isa;
 use crate::cpu::cast::CpuFloat;
 use crate::cpu::multiversion::multiversion;
 
-use super::{NnError, check, map_binary, map_unary};
+use super::{NnError, check, map_binary, map_unary, map_unary_at};
 
 /// An arithmetic op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -46,6 +48,104 @@ multiversion! {
             BinaryOp::Div => a.iter_mut().for_each(|a| *a /= s),
         }
     }
+}
+
+multiversion! {
+    /// `x = x op y`.
+    fn binary_into_f32(op: BinaryOp, x: &mut [f32], y: &[f32]) {
+        let pairs = x.iter_mut().zip(y);
+        match op {
+            BinaryOp::Add => pairs.for_each(|(x, y)| *x += y),
+            BinaryOp::Sub => pairs.for_each(|(x, y)| *x -= y),
+            BinaryOp::Mul => pairs.for_each(|(x, y)| *x *= y),
+            BinaryOp::Div => pairs.for_each(|(x, y)| *x /= y),
+        }
+    }
+}
+
+multiversion! {
+    /// `a = s op a` (`+` and `*` as `binary_f32` orders them, the right operand first).
+    fn scalar_left_f32(op: BinaryOp, a: &mut [f32], s: f32) {
+        match op {
+            BinaryOp::Add => a.iter_mut().for_each(|a| *a += s),
+            BinaryOp::Sub => a.iter_mut().for_each(|a| *a = s - *a),
+            BinaryOp::Mul => a.iter_mut().for_each(|a| *a *= s),
+            BinaryOp::Div => a.iter_mut().for_each(|a| *a = s / *a),
+        }
+    }
+}
+
+/// Which side of [`binary_broadcast`]'s op the repeated operand is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Broadcast {
+    /// `out = b op a`.
+    Left,
+    /// `out = a op b`.
+    Right,
+}
+
+/// `out = a op b` (or `b op a`, see [`Broadcast`]) value by value in f32, where `a` and
+/// `out` are `[outer, kept, inner]` and `b` is `[kept]`, repeated along `outer` and
+/// `inner` (a batch norm's `[1, C, 1, 1]` statistic against `[N, C, H, W]` is `[N, C, H *
+/// W]`; a bias's `[1, 1, W]` against `[B, T, W]` is `[B * T, W, 1]`). The values of
+/// [`binary`] on `b` expanded, without expanding it.
+///
+/// ```
+/// use burn_amp_kernels::cpu::{Isa, nn};
+///
+/// // Two rows of three, minus each row's own value.
+/// let x = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+/// let mut y = [0f32; 6];
+/// let (op, side) = (nn::BinaryOp::Sub, nn::Broadcast::Right);
+/// nn::binary_broadcast(Isa::detect(), op, &x, &[1.0f32, 4.0], [1, 2, 3], side, &mut y)?;
+/// assert_eq!(y, [0.0, 1.0, 2.0, 0.0, 1.0, 2.0]);
+/// # Ok::<(), nn::NnError>(())
+/// ```
+///
+/// # Errors
+/// [`NnError::Length`] when `a` or `out` does not have `outer * kept * inner` values or `b`
+/// does not have `kept`.
+pub fn binary_broadcast<A: CpuFloat, B: CpuFloat, O: CpuFloat>(
+    isa: Isa,
+    op: BinaryOp,
+    a: &[A],
+    b: &[B],
+    [outer, kept, inner]: [usize; 3],
+    side: Broadcast,
+    out: &mut [O],
+) -> Result<(), NnError> {
+    let len = outer.saturating_mul(kept).saturating_mul(inner);
+    check("left operand", len, a.len())?;
+    check("right operand", kept, b.len())?;
+    check("output", len, out.len())?;
+    if len == 0 {
+        return Ok(());
+    }
+    let b: Vec<f32> = crate::cpu::cast::to_vec(isa, b);
+    map_unary_at(isa, a, out, |start, block| {
+        // The block in runs over which `b`'s place is fixed (inner > 1) or its values are
+        // consecutive (inner = 1).
+        let mut done = 0;
+        while done < block.len() {
+            let i = start + done;
+            let k = (i / inner) % kept;
+            let run = if inner > 1 {
+                inner - i % inner
+            } else {
+                kept - k
+            };
+            let end = (done + run).min(block.len());
+            let run = &mut block[done..end];
+            match (inner > 1, side) {
+                (true, Broadcast::Right) => scalar_f32(isa, op, run, b[k]),
+                (true, Broadcast::Left) => scalar_left_f32(isa, op, run, b[k]),
+                (false, Broadcast::Right) => binary_into_f32(isa, op, run, &b[k..]),
+                (false, Broadcast::Left) => binary_f32(isa, op, &b[k..], run),
+            }
+            done += run.len();
+        }
+    });
+    Ok(())
 }
 
 /// `out = a op b`, value by value, in f32.

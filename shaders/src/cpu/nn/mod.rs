@@ -34,7 +34,7 @@ mod random;
 mod softmax;
 
 pub use activation::{gelu, gelu_backward, relu, relu_backward};
-pub use elementwise::{BinaryOp, binary, scalar};
+pub use elementwise::{BinaryOp, Broadcast, binary, binary_broadcast, scalar};
 pub use layer_norm::{LayerNormStats, layer_norm, layer_norm_backward};
 pub use mask::{MaskLayout, mask_fill};
 pub use random::{bernoulli, philox4x32_10, uniform};
@@ -122,11 +122,26 @@ pub(crate) fn map_unary<I: CpuFloat, O: CpuFloat>(
     out: &mut [O],
     f: impl Fn(&mut [f32]) + Sync,
 ) {
+    map_unary_at(isa, x, out, |_, block| f(block))
+}
+
+/// [`map_unary`] where `f` is also told where its block starts in `x`.
+pub(crate) fn map_unary_at<I: CpuFloat, O: CpuFloat>(
+    isa: Isa,
+    x: &[I],
+    out: &mut [O],
+    f: impl Fn(usize, &mut [f32]) + Sync,
+) {
     map_unary_erased(isa, I::floats(x), O::floats_mut(out), &f)
 }
 
-/// [`map_unary`] for any types: not generic, so compiled here (`erased`).
-fn map_unary_erased(isa: Isa, x: Floats<'_>, out: FloatsMut<'_>, f: &(dyn Fn(&mut [f32]) + Sync)) {
+/// [`map_unary_at`] for any types: not generic, so compiled here (`erased`).
+fn map_unary_erased(
+    isa: Isa,
+    x: Floats<'_>,
+    out: FloatsMut<'_>,
+    f: &(dyn Fn(usize, &mut [f32]) + Sync),
+) {
     let out = match (&x, out) {
         (Floats::F32(x), FloatsMut::F32(out)) => {
             // f32 both ways: `f` works on the output's block itself (the block copied
@@ -134,9 +149,9 @@ fn map_unary_erased(isa: Isa, x: Floats<'_>, out: FloatsMut<'_>, f: &(dyn Fn(&mu
             debug_assert_eq!(x.len(), out.len());
             parallel::chunks(out, CHUNK, |c, out| {
                 let x = parallel::chunk(x, CHUNK, c);
-                for (x, out) in x.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
+                for (j, (x, out)) in x.chunks(BLOCK).zip(out.chunks_mut(BLOCK)).enumerate() {
                     out.copy_from_slice(x);
-                    f(out);
+                    f(c * CHUNK + j * BLOCK, out);
                 }
             });
             return;
@@ -152,16 +167,16 @@ fn map_unary_typed<I: CpuFloat, O: CpuFloat>(
     isa: Isa,
     x: &[I],
     out: &mut [O],
-    f: &(dyn Fn(&mut [f32]) + Sync),
+    f: &(dyn Fn(usize, &mut [f32]) + Sync),
 ) {
     debug_assert_eq!(x.len(), out.len());
     parallel::chunks(out, CHUNK, |c, out| {
         let x = parallel::chunk(x, CHUNK, c);
         let mut buf = [0f32; BLOCK];
-        for (x, out) in x.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
+        for (j, (x, out)) in x.chunks(BLOCK).zip(out.chunks_mut(BLOCK)).enumerate() {
             let buf = &mut buf[..x.len()];
             cast::convert_block(isa, x, buf);
-            f(buf);
+            f(c * CHUNK + j * BLOCK, buf);
             cast::convert_block(isa, &*buf, out);
         }
     });

@@ -1,9 +1,10 @@
 //! burn-amp's Flex kernels as differentiable ops of `Autodiff<Flex, C>`, each with the
 //! backward pass it registers: the products and casts (`products`), and the ops around
-//! them in a transformer block (`nn`). An op that runs here is one node of the graph, its
+//! them in a transformer block (`nn`), the elementwise arithmetic (`arithmetic`). An op that runs here is one node of the graph, its
 //! backward pass burn-amp's kernels too, instead of the several nodes of Burn's default
 //! decomposition each running Flex's op.
 
+mod arithmetic;
 mod conv;
 mod layout;
 mod nn;
@@ -11,8 +12,9 @@ mod node;
 mod pool;
 mod products;
 
+pub(crate) use arithmetic::{binary, scalar};
 pub(crate) use conv::conv;
 pub(crate) use layout::{contiguous, swap_dims};
-pub(crate) use nn::{binary, gelu, layer_norm, mask_fill, relu, scalar, softmax};
+pub(crate) use nn::{gelu, layer_norm, mask_fill, relu, softmax};
 pub(crate) use pool::max_pool2d;
 pub(crate) use products::{cast, linear, matmul};

@@ -1,4 +1,4 @@
-//! Softmax, layer norm, GELU, elementwise arithmetic and `mask_fill` as ops of
+//! Softmax, layer norm, GELU, ReLU and `mask_fill` as ops of
 //! `Autodiff<Flex, C>`: the forward pass on the `nn` kernels, and a backward pass that runs
 //! on them too, each gradient in its operand's dtype.
 
@@ -7,12 +7,12 @@ use burn::backend::Flex;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary as binary_grads, unary};
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::Isa;
-use burn_amp_kernels::cpu::nn::{BinaryOp, LayerNormStats};
+use burn_amp_kernels::cpu::nn::LayerNormStats;
+use burn_tensor::DType;
 use burn_tensor::ops::{FloatTensor, FloatTensorOps};
-use burn_tensor::{DType, Shape};
 
 use super::super::super::{LayerNormArgs, Routed};
 use super::super::nn as flex_nn;
@@ -184,169 +184,6 @@ pub(crate) fn relu<C: CheckpointStrategy>(isa: Isa, x: Tensor<C>) -> Routed<Tens
                 prep.finish((isa, y.clone()), y)
             }
             OpsKind::UnTracked(prep) => prep.finish(flex_nn::relu(isa, &x.primitive)),
-        },
-    )
-}
-
-#[derive(Debug)]
-struct Binary;
-
-/// What the backward pass of `lhs op rhs` needs: the op, the operands it reads (mul, div),
-/// the operands' dtypes and shapes (an operand broadcast gets its gradient summed back).
-#[derive(Clone, Debug)]
-struct BinaryState {
-    isa: Isa,
-    op: BinaryOp,
-    lhs: Option<FlexTensor>,
-    rhs: Option<FlexTensor>,
-    dtypes: [DType; 2],
-    shapes: [Shape; 2],
-}
-
-impl Backward<Flex, 2> for Binary {
-    type State = BinaryState;
-
-    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let _time = crate::cost::timed("arithmetic (backward)", None);
-        let s = ops.state;
-        let isa = s.isa;
-        let (lhs, rhs) = (s.lhs.as_ref(), s.rhs.as_ref());
-        let kept = "operands kept for mul and div";
-        let [dl, dr] = s.dtypes;
-        let [sl, sr] = &s.shapes;
-        binary_grads::<Flex, _, _>(
-            ops.parents,
-            ops.node,
-            grads,
-            |g| {
-                // A broadcast operand's products stay in f32 until summed back.
-                let wide = wide(&g, sl, dl);
-                let g = match s.op {
-                    BinaryOp::Add | BinaryOp::Sub => g,
-                    BinaryOp::Mul => {
-                        flex_nn::binary(isa, BinaryOp::Mul, &g, rhs.expect(kept), wide)
-                    }
-                    BinaryOp::Div => {
-                        flex_nn::binary(isa, BinaryOp::Div, &g, rhs.expect(kept), wide)
-                    }
-                };
-                flex_nn::unbroadcast(isa, g, sl, dl)
-            },
-            |g| {
-                let wide = wide(&g, sr, dr);
-                let g = match s.op {
-                    BinaryOp::Add => g,
-                    BinaryOp::Sub => flex_nn::scalar(isa, BinaryOp::Mul, &g, -1.0, wide),
-                    BinaryOp::Mul => {
-                        flex_nn::binary(isa, BinaryOp::Mul, &g, lhs.expect(kept), wide)
-                    }
-                    BinaryOp::Div => {
-                        // -g * lhs / rhs^2, as (-(g * lhs) / rhs) / rhs.
-                        let (lhs, rhs) = (lhs.expect(kept), rhs.expect(kept));
-                        let t = flex_nn::binary(isa, BinaryOp::Mul, &g, lhs, DType::F32);
-                        let t = flex_nn::binary(isa, BinaryOp::Div, &t, rhs, DType::F32);
-                        let t = flex_nn::binary(isa, BinaryOp::Div, &t, rhs, DType::F32);
-                        flex_nn::scalar(isa, BinaryOp::Mul, &t, -1.0, wide)
-                    }
-                };
-                flex_nn::unbroadcast(isa, g, sr, dr)
-            },
-        );
-    }
-}
-
-/// The dtype an operand's gradient is computed in: its own, or f32 where it was broadcast
-/// (its gradient then sums several values).
-fn wide(g: &FlexTensor, shape: &Shape, dtype: DType) -> DType {
-    if g.layout().shape() == shape {
-        dtype
-    } else {
-        DType::F32
-    }
-}
-
-/// `lhs op rhs` (shapes that broadcast) in their dtype; the operands back when the kernels
-/// do not take them.
-pub(crate) fn binary<C: CheckpointStrategy>(
-    isa: Isa,
-    op: BinaryOp,
-    lhs: Tensor<C>,
-    rhs: Tensor<C>,
-) -> Routed<Tensor<C>, [Tensor<C>; 2]> {
-    if !flex_nn::takes_binary(&lhs.primitive, &rhs.primitive)
-        || lhs.primitive.dtype() != rhs.primitive.dtype()
-    {
-        return Routed::Declined([lhs, rhs]);
-    }
-    let dtype = lhs.primitive.dtype();
-    let forward = || flex_nn::binary(isa, op, &lhs.primitive, &rhs.primitive, dtype);
-    let reads = matches!(op, BinaryOp::Mul | BinaryOp::Div);
-    Routed::Ran(
-        match Binary
-            .prepare::<C>([lhs.node.clone(), rhs.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => {
-                let state = BinaryState {
-                    isa,
-                    op,
-                    lhs: (reads && rhs.is_tracked()).then(|| lhs.primitive.clone()),
-                    rhs: reads.then(|| rhs.primitive.clone()),
-                    dtypes: [dtype, dtype],
-                    shapes: [
-                        lhs.primitive.layout().shape().clone(),
-                        rhs.primitive.layout().shape().clone(),
-                    ],
-                };
-                prep.finish(state, forward())
-            }
-            OpsKind::UnTracked(prep) => prep.finish(forward()),
-        },
-    )
-}
-
-#[derive(Debug)]
-struct Scalar;
-
-impl Backward<Flex, 1> for Scalar {
-    /// The CPU's instruction set, the op and the scalar.
-    type State = (Isa, BinaryOp, f32);
-
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let _time = crate::cost::timed("arithmetic with a scalar (backward)", None);
-        let (isa, op, s) = ops.state;
-        unary::<Flex, _>(ops.parents, ops.node, grads, |g| {
-            let dtype = g.dtype();
-            match op {
-                BinaryOp::Add | BinaryOp::Sub => g,
-                BinaryOp::Mul => flex_nn::scalar(isa, BinaryOp::Mul, &g, s, dtype),
-                BinaryOp::Div => flex_nn::scalar(isa, BinaryOp::Div, &g, s, dtype),
-            }
-        });
-    }
-}
-
-/// `x op s` in `x`'s dtype; `x` back when the kernels do not take it.
-pub(crate) fn scalar<C: CheckpointStrategy>(
-    isa: Isa,
-    op: BinaryOp,
-    x: Tensor<C>,
-    s: f32,
-) -> Routed<Tensor<C>, Tensor<C>> {
-    if !flex_nn::takes(&x.primitive) {
-        return Routed::Declined(x);
-    }
-    let dtype = x.primitive.dtype();
-    let forward = || flex_nn::scalar(isa, op, &x.primitive, s, dtype);
-    Routed::Ran(
-        match Scalar
-            .prepare::<C>([x.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish((isa, op, s), forward()),
-            OpsKind::UnTracked(prep) => prep.finish(forward()),
         },
     )
 }

@@ -1,0 +1,235 @@
+//! The elementwise arithmetic of activations (`lhs op rhs`, shapes that broadcast, and
+//! `x op s`) as ops of `Autodiff<Flex, C>`, with their backward passes: a repeated
+//! operand's gradient summed back in one pass over the output's gradient, its product with
+//! the other operand (`mul`, `div`) summed without being written out.
+
+use burn::backend::Autodiff;
+use burn::backend::Flex;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary as binary_grads, unary};
+use burn::backend::flex::FlexTensor;
+use burn_amp_kernels::cpu::Isa;
+use burn_amp_kernels::cpu::nn::BinaryOp;
+use burn_tensor::ops::FloatTensor;
+use burn_tensor::{DType, Shape};
+
+use super::super::super::Routed;
+use super::super::arithmetic as flex_ops;
+use super::super::nn::takes;
+use super::super::tensor::values_f32;
+
+type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
+
+#[derive(Debug)]
+struct Binary;
+
+/// What the backward pass of `lhs op rhs` needs: the op, the operands it reads (mul, div),
+/// the operands' dtypes and shapes (an operand broadcast gets its gradient summed back).
+#[derive(Clone, Debug)]
+struct BinaryState {
+    isa: Isa,
+    op: BinaryOp,
+    lhs: Option<FlexTensor>,
+    rhs: Option<FlexTensor>,
+    dtypes: [DType; 2],
+    shapes: [Shape; 2],
+}
+
+impl Backward<Flex, 2> for Binary {
+    type State = BinaryState;
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let _time = crate::cost::timed("arithmetic (backward)", None);
+        let s = ops.state;
+        let isa = s.isa;
+        let (lhs, rhs) = (s.lhs.as_ref(), s.rhs.as_ref());
+        let kept = "operands kept for mul and div";
+        let [dl, dr] = s.dtypes;
+        let [sl, sr] = &s.shapes;
+        binary_grads::<Flex, _, _>(
+            ops.parents,
+            ops.node,
+            grads,
+            |g| {
+                if let Some(grad) = repeated(isa, s.op, Side::Left, &g, [rhs, rhs], sl, dl) {
+                    return grad;
+                }
+                // A broadcast operand's products stay in f32 until summed back.
+                let wide = wide(&g, sl, dl);
+                let g = match s.op {
+                    BinaryOp::Add | BinaryOp::Sub => g,
+                    op => flex_ops::binary(isa, op, &g, rhs.expect(kept), wide),
+                };
+                flex_ops::unbroadcast(isa, g, sl, dl)
+            },
+            |g| {
+                if let Some(grad) = repeated(isa, s.op, Side::Right, &g, [lhs, rhs], sr, dr) {
+                    return grad;
+                }
+                let wide = wide(&g, sr, dr);
+                let g = match s.op {
+                    BinaryOp::Add => g,
+                    BinaryOp::Sub => flex_ops::scalar(isa, BinaryOp::Mul, &g, -1.0, wide),
+                    BinaryOp::Mul => {
+                        flex_ops::binary(isa, BinaryOp::Mul, &g, lhs.expect(kept), wide)
+                    }
+                    BinaryOp::Div => {
+                        // -g * lhs / rhs^2, as (-(g * lhs) / rhs) / rhs.
+                        let (lhs, rhs) = (lhs.expect(kept), rhs.expect(kept));
+                        let t = flex_ops::binary(isa, BinaryOp::Mul, &g, lhs, DType::F32);
+                        let t = flex_ops::binary(isa, BinaryOp::Div, &t, rhs, DType::F32);
+                        let t = flex_ops::binary(isa, BinaryOp::Div, &t, rhs, DType::F32);
+                        flex_ops::scalar(isa, BinaryOp::Mul, &t, -1.0, wide)
+                    }
+                };
+                flex_ops::unbroadcast(isa, g, sr, dr)
+            },
+        );
+    }
+}
+
+/// Which operand a gradient is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Left,
+    Right,
+}
+
+/// The gradient of an operand of `shape` that the output repeats (a batch norm's statistic),
+/// where it takes one pass over `g` and writes nothing of `g`'s size: `-sum(g)` for the
+/// right operand of `sub`, `sum(g * other)` for either operand of `mul` (`other` the
+/// operand the gradient is not for), `-sum(g * lhs) / rhs^2` for the right operand of `div`
+/// (`rhs` is then the operand itself, constant over each sum); `[other, rhs]` are the
+/// operands kept for `mul` and `div`. `None` for an operand of the output's shape, for the
+/// cases whose one-pass form is already `unbroadcast`'s, and for layouts the block sums do
+/// not take.
+fn repeated(
+    isa: Isa,
+    op: BinaryOp,
+    side: Side,
+    g: &FlexTensor,
+    [other, rhs]: [Option<&FlexTensor>; 2],
+    shape: &Shape,
+    dtype: DType,
+) -> Option<FlexTensor> {
+    let kept = "operands kept for mul and div";
+    if g.layout().shape() == shape {
+        return None;
+    }
+    let sums = match (op, side) {
+        (BinaryOp::Sub, Side::Right) => {
+            let sum = flex_ops::unbroadcast(isa, g.clone(), shape, dtype);
+            // Negation is exact: the sum's bits with the sign flipped.
+            return Some(flex_ops::scalar(isa, BinaryOp::Mul, &sum, -1.0, dtype));
+        }
+        (BinaryOp::Mul, _) => flex_ops::block_dots(isa, g, other.expect(kept), shape)?,
+        (BinaryOp::Div, Side::Right) => {
+            let mut sums = flex_ops::block_dots(isa, g, other.expect(kept), shape)?;
+            let r = values_f32(isa, rhs.expect(kept));
+            sums.iter_mut()
+                .zip(&r)
+                .for_each(|(d, r)| *d = -(*d / r) / r);
+            sums
+        }
+        _ => return None,
+    };
+    Some(flex_ops::from_sums(isa, &sums, shape, dtype))
+}
+
+/// The dtype an operand's gradient is computed in: its own, or f32 where it was broadcast
+/// (its gradient then sums several values).
+fn wide(g: &FlexTensor, shape: &Shape, dtype: DType) -> DType {
+    if g.layout().shape() == shape {
+        dtype
+    } else {
+        DType::F32
+    }
+}
+
+/// `lhs op rhs` (shapes that broadcast) in their dtype; the operands back when the kernels
+/// do not take them.
+pub(crate) fn binary<C: CheckpointStrategy>(
+    isa: Isa,
+    op: BinaryOp,
+    lhs: Tensor<C>,
+    rhs: Tensor<C>,
+) -> Routed<Tensor<C>, [Tensor<C>; 2]> {
+    if !flex_ops::takes_binary(&lhs.primitive, &rhs.primitive)
+        || lhs.primitive.dtype() != rhs.primitive.dtype()
+    {
+        return Routed::Declined([lhs, rhs]);
+    }
+    let dtype = lhs.primitive.dtype();
+    let forward = || flex_ops::binary(isa, op, &lhs.primitive, &rhs.primitive, dtype);
+    let reads = matches!(op, BinaryOp::Mul | BinaryOp::Div);
+    Routed::Ran(
+        match Binary
+            .prepare::<C>([lhs.node.clone(), rhs.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let state = BinaryState {
+                    isa,
+                    op,
+                    lhs: (reads && rhs.is_tracked()).then(|| lhs.primitive.clone()),
+                    rhs: reads.then(|| rhs.primitive.clone()),
+                    dtypes: [dtype, dtype],
+                    shapes: [
+                        lhs.primitive.layout().shape().clone(),
+                        rhs.primitive.layout().shape().clone(),
+                    ],
+                };
+                prep.finish(state, forward())
+            }
+            OpsKind::UnTracked(prep) => prep.finish(forward()),
+        },
+    )
+}
+
+#[derive(Debug)]
+struct Scalar;
+
+impl Backward<Flex, 1> for Scalar {
+    /// The CPU's instruction set, the op and the scalar.
+    type State = (Isa, BinaryOp, f32);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let _time = crate::cost::timed("arithmetic with a scalar (backward)", None);
+        let (isa, op, s) = ops.state;
+        unary::<Flex, _>(ops.parents, ops.node, grads, |g| {
+            let dtype = g.dtype();
+            match op {
+                BinaryOp::Add | BinaryOp::Sub => g,
+                BinaryOp::Mul => flex_ops::scalar(isa, BinaryOp::Mul, &g, s, dtype),
+                BinaryOp::Div => flex_ops::scalar(isa, BinaryOp::Div, &g, s, dtype),
+            }
+        });
+    }
+}
+
+/// `x op s` in `x`'s dtype; `x` back when the kernels do not take it.
+pub(crate) fn scalar<C: CheckpointStrategy>(
+    isa: Isa,
+    op: BinaryOp,
+    x: Tensor<C>,
+    s: f32,
+) -> Routed<Tensor<C>, Tensor<C>> {
+    if !takes(&x.primitive) {
+        return Routed::Declined(x);
+    }
+    let dtype = x.primitive.dtype();
+    let forward = || flex_ops::scalar(isa, op, &x.primitive, s, dtype);
+    Routed::Ran(
+        match Scalar
+            .prepare::<C>([x.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish((isa, op, s), forward()),
+            OpsKind::UnTracked(prep) => prep.finish(forward()),
+        },
+    )
+}
