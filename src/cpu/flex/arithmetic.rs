@@ -95,31 +95,34 @@ fn kept_block(full: &Shape, shape: &Shape) -> Option<[usize; 3]> {
 pub(super) fn block_sums<G: CpuFloat>(
     isa: Isa,
     values: &[G],
-    blocks @ [_, kept, inner]: [usize; 3],
+    blocks @ [_, _, inner]: [usize; 3],
 ) -> Vec<f32> {
-    if inner == 1 {
-        // Each value its own place: rows of `kept` added into the sums.
-        return block_rows(values, kept, |row, sums| {
+    block_tasks(values, blocks, |row, _, sums| {
+        if inner == 1 {
+            // Each value its own place: the row added into the sums.
             cast::add_widened(isa, row, sums).expect("equal lengths")
-        });
-    }
-    block_reduce(values, blocks, |run, _| cast::sum_widened(isa, run))
+        } else {
+            for (sum, run) in sums.iter_mut().zip(row.chunks_exact(inner)) {
+                *sum += cast::sum_widened(isa, run);
+            }
+        }
+    })
 }
 
-/// For `values` `[outer, kept, inner]` (`inner` > 1), each place `k` of `kept`: the sum over
-/// `outer` of `reduce(run, at)`, for `run` the `inner` values of `(a, k)` and `at` where it
-/// starts. Threaded over the places, each summed in one order.
-fn block_reduce<G: Sync>(
+/// For `values` `[outer, kept, inner]`, one f32 sum a place of `kept`, threaded over the
+/// places (about 2^15 values a task) so that each is summed in one order whatever the
+/// threads: for each `a` of `outer` in turn, `add(row, at, sums)` with a task's `sums`, the
+/// `sums.len() * inner` values of `(a, its places)` and where they start in `values`.
+fn block_tasks<G: Sync>(
     values: &[G],
     [outer, kept, inner]: [usize; 3],
-    reduce: impl Fn(&[G], usize) -> f32 + Sync,
+    add: impl Fn(&[G], usize, &mut [f32]) + Sync,
 ) -> Vec<f32> {
     use rayon::prelude::*;
     let mut sums = vec![0f32; kept];
     if values.is_empty() {
         return sums;
     }
-    // About this many values a task.
     let per_task = (1usize << 15).div_ceil(outer * inner).max(1);
     sums.par_chunks_mut(per_task)
         .enumerate()
@@ -127,35 +130,7 @@ fn block_reduce<G: Sync>(
             let k0 = t * per_task;
             for a in 0..outer {
                 let at = (a * kept + k0) * inner;
-                let row = &values[at..][..sums.len() * inner];
-                for (j, (sum, run)) in sums.iter_mut().zip(row.chunks_exact(inner)).enumerate() {
-                    *sum += reduce(run, at + j * inner);
-                }
-            }
-        });
-    sums
-}
-
-/// For `values` `[outer, kept]`: the sums over `outer`, `add(row, sums)` adding each row of
-/// a task's places into its sums.
-fn block_rows<G: Sync>(
-    values: &[G],
-    kept: usize,
-    add: impl Fn(&[G], &mut [f32]) + Sync,
-) -> Vec<f32> {
-    use rayon::prelude::*;
-    let mut sums = vec![0f32; kept];
-    if values.is_empty() {
-        return sums;
-    }
-    let outer = values.len() / kept;
-    let per_task = (1usize << 15).div_ceil(outer).max(1);
-    sums.par_chunks_mut(per_task)
-        .enumerate()
-        .for_each(|(t, sums)| {
-            let k0 = t * per_task;
-            for a in 0..outer {
-                add(&values[a * kept + k0..][..sums.len()], sums);
+                add(&values[at..][..sums.len() * inner], at, sums);
             }
         });
     sums
@@ -221,8 +196,12 @@ pub(crate) fn block_dots(
     let (g, x) = (contiguous(g), contiguous(x));
     Some(with_float!(g.dtype(), G => {
         let xs = values::<G>(&x);
-        block_reduce(values::<G>(&g), blocks, |run, at| {
-            cast::dot_widened(isa, run, &xs[at..][..run.len()]).expect("equal lengths")
+        let inner = blocks[2];
+        block_tasks(values::<G>(&g), blocks, |row, at, sums| {
+            for (j, (sum, run)) in sums.iter_mut().zip(row.chunks_exact(inner)).enumerate() {
+                let x = &xs[at + j * inner..][..inner];
+                *sum += cast::dot_widened(isa, run, x).expect("equal lengths");
+            }
         })
     }))
 }
