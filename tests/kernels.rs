@@ -6,7 +6,8 @@
 //! matmul checks its operands. The CPU kernels on Flex (`kernels/flex.rs`): casts and the
 //! fused cast-and-matmul; softmax, layer norm, GELU,
 //! arithmetic, reshapes and dropout masks against Flex's own ops (`kernels/nn.rs`);
-//! convolutions split across threads keep their results (`kernels/conv.rs`). The
+//! convolutions split across threads keep their results (`kernels/conv.rs`); a batch
+//! norm's statistics and 16-bit gradient sums with Flex's bits (`kernels/statistics.rs`). The
 //! cuBLASLt call plans against Burn's matmul (`kernels/gemm_plans.rs`).
 
 mod common;
@@ -22,6 +23,8 @@ mod nn;
 mod order;
 #[path = "kernels/scales.rs"]
 mod scales;
+#[path = "kernels/statistics.rs"]
+mod statistics;
 
 #[cfg(feature = "ndarray")]
 use burn::backend::NdArray;

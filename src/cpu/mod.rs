@@ -151,6 +151,12 @@ pub(crate) type LayerNormFn<B> = fn(Isa, LayerNormArgs<B>) -> Tried<B, LayerNorm
 pub(crate) type BinaryFn<B> =
     fn(Isa, BinaryOp, FloatTensor<B>, FloatTensor<B>) -> Tried<B, [FloatTensor<B>; 2]>;
 
+/// An adaptive average pooling of `x` to an output size.
+pub(crate) type AvgPoolFn<B> = fn(Isa, FloatTensor<B>, [usize; 2]) -> Tried<B, FloatTensor<B>>;
+
+/// The mean of `x` over a dimension.
+pub(crate) type MeanDimFn<B> = fn(Isa, FloatTensor<B>, usize) -> Tried<B, FloatTensor<B>>;
+
 /// `x op s`.
 pub(crate) type ScalarFn<B> = fn(Isa, BinaryOp, FloatTensor<B>, f32) -> Tried<B, FloatTensor<B>>;
 
@@ -206,6 +212,9 @@ pub(crate) struct RoutedOps<B: Backend> {
     pub conv: ConvFn<B>,
     /// A 2-d max pooling (its input's dtype; no indices: the autodiff op keeps its own).
     pub max_pool2d: MaxPoolFn<B>,
+    /// A 2-d adaptive average pooling where it is a global one (to `[1, 1]`), in its
+    /// input's dtype.
+    pub adaptive_avg_pool2d: AvgPoolFn<B>,
     /// The loss scaler's unscale and finite check of a gradient (gradients are never
     /// autodiff tensors: `None` for autodiff backends).
     pub unscale: Option<UnscaleFn<B>>,
@@ -223,6 +232,10 @@ pub(crate) struct RoutedOps<B: Backend> {
     pub binary: BinaryFn<B>,
     /// `x op s`, in `x`'s dtype.
     pub scalar: ScalarFn<B>,
+    /// `x * x` of an f32 tensor (`powi` of 2), its gradient `(g * x) * 2` in one pass.
+    pub square: UnaryFn<B>,
+    /// The mean over a dimension of an f32 tensor, its gradient written once.
+    pub mean_dim: MeanDimFn<B>,
     /// `mask_fill`, in the tensor's dtype, the mask read through its broadcast strides.
     pub mask_fill: MaskFillFn<B>,
     /// A tensor of Bernoulli(`p`) draws, `p` in `[0, 1]`, in the dtype: dropout's mask.
@@ -231,7 +244,7 @@ pub(crate) struct RoutedOps<B: Backend> {
     /// otherwise copy value by value.
     pub contiguous: fn(FloatTensor<B>) -> FloatTensor<B>,
     /// Two dimensions swapped, as a view whose gradient comes back contiguous.
-    pub swap_dims: fn(FloatTensor<B>, usize, usize) -> FloatTensor<B>,
+    pub swap_dims: fn(Isa, FloatTensor<B>, usize, usize) -> FloatTensor<B>,
 }
 
 impl<B: Backend> Clone for RoutedOps<B> {

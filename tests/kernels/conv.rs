@@ -476,3 +476,74 @@ fn max_pools_run_on_their_kernel_with_flex_values_and_gradients() {
         }
     }
 }
+
+#[test]
+fn global_average_pools_run_on_their_kernel_with_flex_bits() {
+    // `adaptive_avg_pool2d` to `[1, 1]` (an image classifier's head) on burn-amp's kernel in
+    // the input's dtype: f32 and bf16 with Flex's bits both ways (each plane summed in f32
+    // in order), f16 within f16 rounding of Flex's f32 result (Flex sums f16 in f16, the
+    // kernel in f32). Other output sizes stay Flex's.
+    use burn::tensor::module::adaptive_avg_pool2d;
+    type Bare = burn::backend::Autodiff<burn::backend::Flex>;
+    let dims = [3, 5, 9, 7];
+    let n: usize = dims.iter().product();
+    let x = Lcg::new(61).vec(n, 3.0);
+    let device = Default::default();
+    for policy in ["mixed_bfloat16", "mixed_float16"] {
+        for dtype in [FloatDType::F32, FloatDType::BF16, FloatDType::F16] {
+            for (size, taken) in [([1, 1], true), ([2, 3], false)] {
+                let what = format!("to {size:?}, {policy}, {dtype:?}");
+                let run = |w: &[f32]| {
+                    burn_amp::cost::profile(|| {
+                        with_policy(policy.parse::<Policy>().unwrap(), || {
+                            let xt = tensor::<Ad, 4>(&x, dims, dtype).require_grad();
+                            let y = adaptive_avg_pool2d(xt.clone(), size);
+                            assert_eq!(y.dtype(), dtype.into(), "{what}: the input's dtype");
+                            let w = TensorData::new(w.to_vec(), y.dims());
+                            let w = Tensor::<Ad, 4>::from_data(w, &device).cast(dtype);
+                            let grads = (y.clone() * w).sum().backward();
+                            (values(y), values(xt.grad(&grads).unwrap()))
+                        })
+                    })
+                };
+                let w = Lcg::new(62).vec(dims[0] * dims[1] * size[0] * size[1], 1.0);
+                let ((y, dx), profile) = run(&w);
+                let ran = profile
+                    .entries()
+                    .any(|e| e.op == "adaptive_avg_pool2d (backward)");
+                assert_eq!(ran, taken, "{what}: on burn-amp's kernel: {profile}");
+                // Flex on the same values in the same dtype (f16 in f32, where its sums
+                // are exact enough to compare with).
+                let flex_dtype = match dtype {
+                    FloatDType::F16 => FloatDType::F32,
+                    d => d,
+                };
+                let rounded = values(tensor::<burn::backend::Flex, 4>(&x, dims, dtype));
+                let xt = tensor::<Bare, 4>(&rounded, dims, flex_dtype).require_grad();
+                let yf = adaptive_avg_pool2d(xt.clone(), size);
+                let wf = TensorData::new(w.clone(), yf.dims());
+                let wf = Tensor::<Bare, 4>::from_data(wf, &device)
+                    .cast(dtype)
+                    .cast(flex_dtype);
+                let grads = (yf.clone() * wf).sum().backward();
+                let (yf, dxf) = (values(yf), values(xt.grad(&grads).unwrap()));
+                if flex_dtype == dtype {
+                    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&y), bits(&yf), "{what}: Flex's values");
+                    assert_eq!(bits(&dx), bits(&dxf), "{what}: Flex's gradient");
+                } else {
+                    // One f16 rounding where the kernel sums in f32; Flex's own f16 sums
+                    // round at each value.
+                    // (absolute near zero).
+                    let (tol, floor) = if taken {
+                        (1.0 / 1024.0, 1e-3)
+                    } else {
+                        (1.0 / 128.0, 1.0)
+                    };
+                    assert_close(&format!("{what}: values"), &y, &yf, tol, floor);
+                    assert_close(&format!("{what}: gradient"), &dx, &dxf, tol, floor);
+                }
+            }
+        }
+    }
+}

@@ -902,3 +902,89 @@ fn max_pools_pick_the_first_largest_value_of_each_window_and_add_gradients_back_
     let got = conv::max_pool(Isa::detect(), &big, &[0f32; 4], &mut y[..0], None);
     assert!(matches!(got, Err(ConvError::Geometry { .. })), "{got:?}");
 }
+
+#[test]
+fn global_average_pools_sum_each_plane_in_order_and_spread_its_gradient() {
+    use half::{bf16, f16};
+    // Plane sizes around the side-by-side lanes (8 planes) and the task size, one plane,
+    // planes of one value. The reference: each plane summed in f32 from the first value,
+    // divided by the count (Flex's order), and within f32 rounding of the f64 mean.
+    for (planes, plane) in [
+        (1, 1),
+        (3, 7),
+        (8, 1024),
+        (13, 49),
+        (1024, 1024),
+        (70, 3000),
+    ] {
+        let x: Vec<f32> = {
+            let mut rng = Rng(planes as u64 * 31 + plane as u64);
+            (0..planes * plane).map(|_| rng.uniform() * 4.0).collect()
+        };
+        let want: Vec<f32> = x
+            .chunks(plane)
+            .map(|p| p.iter().fold(0f32, |s, v| s + v) / plane as f32)
+            .collect();
+        let mut y = vec![0f32; planes];
+        conv::global_avg_pool(&x, plane, &mut y).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&y), bits(&want), "{planes} planes of {plane}");
+        for (p, (y, x)) in y.iter().zip(x.chunks(plane)).enumerate() {
+            let exact = x.iter().map(|v| *v as f64).sum::<f64>() / plane as f64;
+            assert!(
+                (*y as f64 - exact).abs() <= 1e-5 * (1.0 + exact.abs()),
+                "plane {p}"
+            );
+        }
+        // bf16 in, bf16 out: the f32 mean of the bf16 values, rounded once.
+        let xb: Vec<bf16> = x.iter().map(|v| bf16::from_f32(*v)).collect();
+        let mut yb = vec![bf16::ZERO; planes];
+        conv::global_avg_pool(&xb, plane, &mut yb).unwrap();
+        let want_b: Vec<bf16> = xb
+            .chunks(plane)
+            .map(|p| bf16::from_f32(p.iter().fold(0f32, |s, v| s + v.to_f32()) / plane as f32))
+            .collect();
+        assert_eq!(yb, want_b, "bf16, {planes} planes of {plane}");
+        // f16 summed in f32 (not in f16).
+        let xh: Vec<f16> = x.iter().map(|v| f16::from_f32(*v)).collect();
+        let mut yh = vec![f16::ZERO; planes];
+        conv::global_avg_pool(&xh, plane, &mut yh).unwrap();
+        let want_h: Vec<f16> = xh
+            .chunks(plane)
+            .map(|p| f16::from_f32(p.iter().fold(0f32, |s, v| s + v.to_f32()) / plane as f32))
+            .collect();
+        assert_eq!(yh, want_h, "f16, {planes} planes of {plane}");
+        // The gradient: each plane its share, a negative zero written as +0.
+        let mut g: Vec<f32> = y.iter().map(|v| v * 3.0).collect();
+        g[0] = -0.0;
+        let mut dx = vec![bf16::ONE; planes * plane];
+        conv::global_avg_pool_backward(&g, plane, &mut dx).unwrap();
+        for (p, d) in dx.chunks(plane).enumerate() {
+            let share = bf16::from_f32(0.0 + g[p] / plane as f32);
+            assert!(
+                d.iter().all(|v| v.to_bits() == share.to_bits()),
+                "plane {p}"
+            );
+        }
+        assert_eq!(dx[0].to_bits(), 0, "+0 for a gradient of -0");
+    }
+    // No values in a plane: a mean of 0, as Flex's count of at least one gives.
+    let mut y = [1f32; 3];
+    conv::global_avg_pool::<f32, f32>(&[], 0, &mut y).unwrap();
+    assert_eq!(y, [0.0; 3]);
+    // Lengths that disagree, sizes that overflow: typed errors.
+    let mut y = [0f32; 2];
+    assert!(matches!(
+        conv::global_avg_pool(&[0f32; 7], 4, &mut y),
+        Err(ConvError::Length { .. })
+    ));
+    let mut dx = [0f32; 7];
+    assert!(matches!(
+        conv::global_avg_pool_backward(&[0f32; 2], 4, &mut dx),
+        Err(ConvError::Length { .. })
+    ));
+    assert!(matches!(
+        conv::global_avg_pool(&[0f32; 1], usize::MAX, &mut y),
+        Err(ConvError::TooLarge { .. })
+    ));
+}

@@ -475,6 +475,48 @@ fn arithmetic_is_the_f32_operation_rounded_once() {
 }
 
 #[test]
+fn a_scaled_product_of_two_is_the_sum_of_the_product_with_itself() {
+    // `(g * x) * 2` is the gradient of `x * x` as Burn's product rule sums it: `g * x` from
+    // each operand, added. Scaling by two is exact, so the bits agree in every format; any
+    // other scale is the f32 product rounded, then scaled.
+    fn check<T: Bits>(n: usize) {
+        let a: Vec<T> = narrow(&awkward(n, 100.0, 5));
+        let b: Vec<T> = narrow(&awkward(n, 3.0, 6));
+        let mut product = vec![T::default(); n];
+        nn::binary(Isa::PORTABLE, BinaryOp::Mul, &a, &b, &mut product).unwrap();
+        let mut want = vec![T::default(); n];
+        nn::binary(Isa::PORTABLE, BinaryOp::Add, &product, &product, &mut want).unwrap();
+        let what = format!("{n} {:?}", T::FORMAT);
+        let got = same_bits_everywhere(&what, |isa| {
+            let mut out = vec![T::default(); n];
+            nn::scaled_product(isa, &a, &b, 2.0, &mut out).unwrap();
+            out
+        });
+        assert_eq!(bits(&got), bits(&want), "{what}");
+    }
+    for n in [1, 17, 512, 1000, 40_000] {
+        check::<f32>(n);
+        check::<bf16>(n);
+        check::<f16>(n);
+    }
+    let (a, b) = (awkward(3000, 10.0, 7), awkward(3000, 10.0, 8));
+    let want: Vec<f32> = a.iter().zip(&b).map(|(a, b)| (a * b) * 0.3).collect();
+    let got = same_bits_everywhere("scale 0.3", |isa| {
+        let mut out = vec![0f32; 3000];
+        nn::scaled_product(isa, &a, &b, 0.3, &mut out).unwrap();
+        out
+    });
+    assert_eq!(bits(&got), bits(&want));
+    let mut out = vec![0f32; 3];
+    for (la, lb) in [(3, 2), (2, 3)] {
+        assert!(matches!(
+            nn::scaled_product(Isa::detect(), &a[..la], &b[..lb], 2.0, &mut out),
+            Err(NnError::Length { .. })
+        ));
+    }
+}
+
+#[test]
 fn a_repeated_operand_gives_the_bits_of_its_expansion() {
     // `[outer, kept, inner]` against `[kept]`: each side, each op, each format, with block
     // boundaries (512 values) and task boundaries (16,384) falling inside runs, an inner of

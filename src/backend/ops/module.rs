@@ -46,6 +46,7 @@ const MAX_POOL1D_WITH_INDICES_BACKWARD: OpRow = OpRow::new(
     autocast::class::to_widest,
 );
 const MAX_POOL2D: OpRow = OpRow::new("max_pool2d", OpClass::Forwarded);
+const ADAPTIVE_AVG_POOL2D: OpRow = OpRow::new("adaptive_avg_pool2d", OpClass::Forwarded);
 const MAX_POOL2D_WITH_INDICES: OpRow = OpRow::new("max_pool2d_with_indices", OpClass::Forwarded);
 const MAX_POOL2D_WITH_INDICES_BACKWARD: OpRow = OpRow::new(
     "max_pool2d_with_indices_backward",
@@ -53,7 +54,7 @@ const MAX_POOL2D_WITH_INDICES_BACKWARD: OpRow = OpRow::new(
 );
 
 /// Every op of `ModuleOps` written out below: the class table's rows for them.
-const WRITTEN: [OpRow; 21] = [
+const WRITTEN: [OpRow; 22] = [
     LINEAR.row,
     CONV1D.row,
     CONV2D.row,
@@ -75,6 +76,7 @@ const WRITTEN: [OpRow; 21] = [
     MAX_POOL2D,
     MAX_POOL2D_WITH_INDICES,
     MAX_POOL2D_WITH_INDICES_BACKWARD,
+    ADAPTIVE_AVG_POOL2D,
 ];
 
 /// Casts the inputs of a compute-class module op to the compute dtype of `$op` (its
@@ -192,7 +194,6 @@ macro_rules! module_forwarded {
             fn unfold4d(x: FloatTensor<Self>, kernel_size: [usize; 2], options: UnfoldOptions) -> FloatTensor<Self>;
             fn avg_pool1d(x: FloatTensor<Self>, kernel_size: usize, stride: usize, padding: usize, count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self>;
             fn avg_pool2d(x: FloatTensor<Self>, kernel_size: [usize; 2], stride: [usize; 2], padding: [usize; 2], count_include_pad: bool, ceil_mode: bool) -> FloatTensor<Self>;
-            fn adaptive_avg_pool2d(x: FloatTensor<Self>, output_size: [usize; 2]) -> FloatTensor<Self>;
             fn adaptive_avg_pool1d(x: FloatTensor<Self>, output_size: usize) -> FloatTensor<Self>;
             fn max_pool1d(x: FloatTensor<Self>, kernel_size: usize, stride: usize, padding: usize, dilation: usize, ceil_mode: bool) -> FloatTensor<Self>;
             fn interpolate(x: FloatTensor<Self>, output_size: [usize; 2], options: InterpolateOptions) -> FloatTensor<Self>;
@@ -489,6 +490,21 @@ impl<B: Backend> ModuleOps<Self> for MixedPrecision<B> {
             None => x,
         };
         B::max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode)
+    }
+
+    /// Forwarded, except where the policy routes: a global average pool (to `[1, 1]`, an
+    /// image classifier's head) on burn-amp's kernel (Flex), in the input's dtype, with its
+    /// own backward pass.
+    fn adaptive_avg_pool2d(x: FloatTensor<Self>, output_size: [usize; 2]) -> FloatTensor<Self> {
+        let _op = ADAPTIVE_AVG_POOL2D.record(None);
+        let x = match context::of::<B>(&x).routed_ops() {
+            Some(ops) => match (ops.adaptive_avg_pool2d)(ops.isa, x, output_size) {
+                Routed::Ran(out) => return out,
+                Routed::Declined(x) => x,
+            },
+            None => x,
+        };
+        B::adaptive_avg_pool2d(x, output_size)
     }
 
     fn max_pool2d_with_indices(

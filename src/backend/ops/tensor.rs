@@ -17,6 +17,7 @@ use crate::MixedPrecision;
 use crate::backend::autocast;
 use crate::context::{self, Fp8Use, OpContext};
 use crate::cost::{Counted, OpClass, OpRow};
+use crate::cpu::Routed;
 
 /// Under a policy whose variables are not f32 (`float16`, `bfloat16`), a float tensor
 /// created in f32 by a creation op (`zeros`, `ones`, `full`, `empty`, `random`: what
@@ -57,10 +58,12 @@ const MASK_WHERE: OpRow = OpRow::new("float_mask_where", autocast::class::to_wid
 const SLICE_ASSIGN: OpRow = OpRow::new("float_slice_assign", autocast::class::to_dtype_of_first);
 const SCATTER_ADD: OpRow = OpRow::new("float_scatter_add", autocast::class::to_dtype_of_first);
 const SELECT_ADD: OpRow = OpRow::new("float_select_add", autocast::class::to_dtype_of_first);
+const POWI_SCALAR: OpRow = OpRow::new("float_powi_scalar", autocast::class::to_f32);
+const MEAN_DIM: OpRow = OpRow::new("float_mean_dim", autocast::class::to_f32);
 const SCATTER_ND: OpRow = OpRow::new("float_scatter_nd", autocast::class::to_dtype_of_first);
 
 /// Every op of `FloatTensorOps` written out below: the class table's rows for them.
-const WRITTEN: [OpRow; 26] = [
+const WRITTEN: [OpRow; 28] = [
     MATMUL.row,
     CAST,
     SET_REQUIRE_GRAD,
@@ -87,6 +90,8 @@ const WRITTEN: [OpRow; 26] = [
     SCATTER_ADD,
     SELECT_ADD,
     SCATTER_ND,
+    POWI_SCALAR,
+    MEAN_DIM,
 ];
 
 /// The ops of `FloatTensorOps` that apply one casting rule.
@@ -101,7 +106,6 @@ macro_rules! float_autocast {
             to_f32 fn float_recip(tensor) -> FloatTensor<Self>;
             to_f32 fn float_powf(lhs, rhs) -> FloatTensor<Self>;
             to_f32 fn float_powi(lhs; rhs: IntTensor<Self>) -> FloatTensor<Self>;
-            to_f32 fn float_powi_scalar(lhs; rhs: Scalar) -> FloatTensor<Self>;
             to_f32 fn float_powf_scalar(tensor; value: Scalar) -> FloatTensor<Self>;
             to_f32 fn float_tan(tensor) -> FloatTensor<Self>;
             to_f32 fn float_cosh(tensor) -> FloatTensor<Self>;
@@ -113,7 +117,6 @@ macro_rules! float_autocast {
             to_f32 fn float_prod(tensor) -> FloatTensor<Self>;
             to_f32 fn float_prod_dim(tensor; dim: usize) -> FloatTensor<Self>;
             to_f32 fn float_mean(tensor) -> FloatTensor<Self>;
-            to_f32 fn float_mean_dim(tensor; dim: usize) -> FloatTensor<Self>;
             to_f32 fn float_cumsum(tensor; dim: usize) -> FloatTensor<Self>;
             to_f32 fn float_cumprod(tensor; dim: usize) -> FloatTensor<Self>;
 
@@ -282,6 +285,42 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
         autocast::arithmetic::<B>(BinaryOp::Div, DIV, lhs, rhs, B::float_div)
     }
 
+    /// Float32 class; a square (`powi` of 2, what `Tensor::square` asks for) on burn-amp's
+    /// kernels where the policy routes: one pass each way, where the backend's default is
+    /// the product of the tensor with itself, two gradients and their sum.
+    fn float_powi_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
+        let op = context::of::<B>(&lhs);
+        let [lhs] = autocast::to_f32::<B, 1>([lhs], &op);
+        let _op = POWI_SCALAR.record(Some(lhs.dtype()));
+        let lhs = match op.routed_ops() {
+            Some(ops) if rhs.elem::<i64>() == 2 && rhs.elem::<f64>() == 2.0 => {
+                match (ops.square)(ops.isa, lhs) {
+                    Routed::Ran(out) => return out,
+                    Routed::Declined(lhs) => lhs,
+                }
+            }
+            _ => lhs,
+        };
+        B::float_powi_scalar(lhs, rhs)
+    }
+
+    /// Float32 class; on burn-amp's kernels where the policy routes, its gradient written
+    /// in one pass (the backend's default makes a tensor of ones, scales it and multiplies
+    /// it by the broadcast gradient).
+    fn float_mean_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
+        let op = context::of::<B>(&tensor);
+        let [tensor] = autocast::to_f32::<B, 1>([tensor], &op);
+        let _op = MEAN_DIM.record(Some(tensor.dtype()));
+        let tensor = match op.routed_ops() {
+            Some(ops) => match (ops.mean_dim)(ops.isa, tensor, dim) {
+                Routed::Ran(out) => return out,
+                Routed::Declined(tensor) => tensor,
+            },
+            None => tensor,
+        };
+        B::float_mean_dim(tensor, dim)
+    }
+
     /// Forwarded; a 16-bit tensor on burn-amp's kernels where the policy routes.
     fn float_add_scalar(lhs: FloatTensor<Self>, rhs: Scalar) -> FloatTensor<Self> {
         autocast::arithmetic_scalar::<B>(BinaryOp::Add, ADD_SCALAR, lhs, rhs, B::float_add_scalar)
@@ -343,7 +382,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     fn float_swap_dims(tensor: FloatTensor<Self>, dim1: usize, dim2: usize) -> FloatTensor<Self> {
         let _op = SWAP_DIMS.record(None);
         match context::of::<B>(&tensor).routed_ops() {
-            Some(ops) => (ops.swap_dims)(tensor, dim1, dim2),
+            Some(ops) => (ops.swap_dims)(ops.isa, tensor, dim1, dim2),
             None => B::float_swap_dims(tensor, dim1, dim2),
         }
     }

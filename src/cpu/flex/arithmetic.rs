@@ -205,10 +205,26 @@ pub(crate) fn block_dots(
         })
     }))
 }
+
 /// `a op s`, in `dtype`.
 pub(crate) fn scalar(isa: Isa, op: BinaryOp, a: &FlexTensor, s: f32, dtype: DType) -> FlexTensor {
     let a = contiguous(a);
     new_tensor!(a.layout().shape().clone(), dtype, y => with_float!(a.dtype(), A => {
         nn::scalar(isa, op, values::<A>(&a), s, y).expect("equal lengths")
     }))
+}
+
+/// `(a * b) * s` (operands of one shape), in `dtype`: the gradient of a square is
+/// `(g * x) * 2`, one pass.
+pub(crate) fn scaled_product(
+    isa: Isa,
+    a: &FlexTensor,
+    b: &FlexTensor,
+    s: f32,
+    dtype: DType,
+) -> FlexTensor {
+    let (a, b) = (contiguous(a), contiguous(b));
+    new_tensor!(a.layout().shape().clone(), dtype, y => with_float!(a.dtype(), A => with_float!(b.dtype(), B => {
+        nn::scaled_product(isa, values::<A>(&a), values::<B>(&b), s, y).expect("operands of one shape")
+    })))
 }

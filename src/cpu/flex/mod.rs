@@ -2,7 +2,8 @@
 //! Flex tensors (`tensor`: views of their buffers): casts, the mixed-precision GEMM for
 //! matmuls and linears (`matmul`) and convolutions plain or transposed (`conv`), direct
 //! depthwise convolutions (`depthwise`; `convolution` picks the kernel), max pooling
-//! (`max_pool`), the ops around them (`nn`), FP8 fake quantization (`fp8`), copies of views
+//! (`max_pool`) and global average pooling (`avg_pool`), the ops around them (`nn`,
+//! `arithmetic`), FP8 fake quantization (`fp8`), copies of views
 //! (`layout`), as plain ops of `Flex` and as differentiable ops of `Autodiff<Flex>`
 //! (`autodiff`). The decorator reaches them through the table of `crate::cpu`.
 
@@ -11,6 +12,7 @@ mod tensor;
 
 mod arithmetic;
 mod autodiff;
+mod avg_pool;
 mod cast;
 mod conv;
 mod convolution;
@@ -139,6 +141,24 @@ fn scalar(isa: Isa, op: BinaryOp, x: FlexTensor, s: f32) -> Routed<FlexTensor, F
     Routed::Ran(arithmetic::scalar(isa, op, &x, s, x.dtype()))
 }
 
+fn adaptive_avg_pool2d(
+    _: Isa,
+    x: FlexTensor,
+    output_size: [usize; 2],
+) -> Routed<FlexTensor, FlexTensor> {
+    match avg_pool::takes(&x, output_size) {
+        Some(_) => Routed::Ran(avg_pool::forward(&x)),
+        None => Routed::Declined(x),
+    }
+}
+
+fn square(isa: Isa, x: FlexTensor) -> Routed<FlexTensor, FlexTensor> {
+    if x.dtype() != DType::F32 || !nn::takes(&x) {
+        return Routed::Declined(x);
+    }
+    Routed::Ran(arithmetic::binary(isa, BinaryOp::Mul, &x, &x, DType::F32))
+}
+
 fn mask_fill(
     x: FlexTensor,
     mask: FlexTensor,
@@ -170,6 +190,7 @@ pub(crate) fn ops(isa: Isa) -> RoutedOps<Flex> {
         linear,
         conv,
         max_pool2d,
+        adaptive_avg_pool2d,
         unscale: Some(unscale),
         count_nonfinite: Some(count_nonfinite),
         softmax,
@@ -178,10 +199,14 @@ pub(crate) fn ops(isa: Isa) -> RoutedOps<Flex> {
         relu,
         binary,
         scalar,
+        square,
+        mean_dim: |_, x, _| Routed::Declined(x),
         mask_fill,
         bernoulli: nn::bernoulli,
         contiguous: |x| layout::contiguous(&x),
-        swap_dims: <Flex as burn_tensor::ops::FloatTensorOps<Flex>>::float_swap_dims,
+        swap_dims: |_, x, d1, d2| {
+            <Flex as burn_tensor::ops::FloatTensorOps<Flex>>::float_swap_dims(x, d1, d2)
+        },
     }
 }
 
@@ -194,6 +219,7 @@ pub(crate) fn autodiff_ops<C: CheckpointStrategy>(isa: Isa) -> RoutedOps<Autodif
         linear: autodiff::linear::<C>,
         conv: autodiff::conv::<C>,
         max_pool2d: autodiff::max_pool2d::<C>,
+        adaptive_avg_pool2d: autodiff::adaptive_avg_pool2d::<C>,
         unscale: None,
         count_nonfinite: None,
         softmax: autodiff::softmax::<C>,
@@ -202,6 +228,8 @@ pub(crate) fn autodiff_ops<C: CheckpointStrategy>(isa: Isa) -> RoutedOps<Autodif
         relu: autodiff::relu::<C>,
         binary: autodiff::binary::<C>,
         scalar: autodiff::scalar::<C>,
+        square: autodiff::square::<C>,
+        mean_dim: autodiff::mean_dim::<C>,
         mask_fill: autodiff::mask_fill::<C>,
         bernoulli: autodiff_bernoulli::<C>,
         contiguous: autodiff::contiguous::<C>,

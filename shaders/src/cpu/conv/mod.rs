@@ -6,7 +6,8 @@
 //! ([`ConvShape::grad_phases`], [`store_phases`]): `dy`'s columns at stride 1 times the
 //! phase's kernel taps, without a column gradient to sum. A 1-d convolution is the 2-d one
 //! with a height of 1. A depthwise convolution (a group a channel) runs directly instead
-//! ([`depthwise`] and its gradients). Max pooling shares the geometry ([`max_pool`]).
+//! ([`depthwise`] and its gradients). Max pooling shares the geometry ([`max_pool`]); a
+//! global average pool sums each plane ([`global_avg_pool`]).
 //!
 //! The columns of several samples sit side by side (`cols[k, n * positions + p]`), so one
 //! product covers a chunk of the batch; a caller bounds the chunk to keep `cols` small.
@@ -30,10 +31,12 @@ use super::cast::{self, CpuFloat};
 use super::erased::{Floats, FloatsMut, typed, typed_mut};
 use super::parallel;
 
+mod average;
 mod depthwise;
 mod input_grad;
 mod phases;
 mod pool;
+pub use average::{global_avg_pool, global_avg_pool_backward};
 pub use depthwise::{depthwise, depthwise_input_grad, depthwise_weight_grad};
 pub use input_grad::{GradPhase, store_phases};
 use phases::Phases;

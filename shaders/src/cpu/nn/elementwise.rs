@@ -165,6 +165,28 @@ pub fn binary<A: CpuFloat, B: CpuFloat, O: CpuFloat>(
     Ok(())
 }
 
+/// `out = (a * b) * s`, value by value, in f32: the product rounded to f32, then scaled.
+/// With `s` a power of two the scaling is exact, so `(g * x) * 2` has the bits of
+/// `g * x + g * x` (the gradient of `x * x`, summed from its two operands), in one pass.
+///
+/// # Errors
+/// [`NnError::Length`] when the three lengths differ.
+pub fn scaled_product<A: CpuFloat, B: CpuFloat, O: CpuFloat>(
+    isa: Isa,
+    a: &[A],
+    b: &[B],
+    s: f32,
+    out: &mut [O],
+) -> Result<(), NnError> {
+    check("right operand", a.len(), b.len())?;
+    check("output", a.len(), out.len())?;
+    map_binary(isa, a, b, out, |a, b| {
+        binary_f32(isa, BinaryOp::Mul, a, b);
+        scalar_f32(isa, BinaryOp::Mul, b, s);
+    });
+    Ok(())
+}
+
 /// `out = a op s`, value by value, in f32.
 ///
 /// # Errors

@@ -8,7 +8,7 @@ use burn::backend::Flex;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary as binary_grads, unary};
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::nn::BinaryOp;
@@ -19,6 +19,7 @@ use super::super::super::Routed;
 use super::super::arithmetic as flex_ops;
 use super::super::nn::takes;
 use super::super::tensor::values_f32;
+use super::register::{register, unary};
 
 type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
 
@@ -42,51 +43,55 @@ impl Backward<Flex, 2> for Binary {
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("arithmetic (backward)", None);
-        let s = ops.state;
+        let s = &ops.state;
         let isa = s.isa;
         let (lhs, rhs) = (s.lhs.as_ref(), s.rhs.as_ref());
         let kept = "operands kept for mul and div";
         let [dl, dr] = s.dtypes;
         let [sl, sr] = &s.shapes;
-        binary_grads::<Flex, _, _>(
-            ops.parents,
-            ops.node,
-            grads,
-            |g| {
-                if let Some(grad) = repeated(isa, s.op, Side::Left, &g, [rhs, rhs], sl, dl) {
-                    return grad;
+        let g: FlexTensor = grads.consume::<Flex>(&ops.node);
+        let [wants_lhs, wants_rhs] = ops.parents.each_ref().map(Option::is_some);
+        let left = |g: FlexTensor| {
+            if let Some(grad) = repeated(isa, s.op, Side::Left, &g, [rhs, rhs], sl, dl) {
+                return grad;
+            }
+            // A broadcast operand's products stay in f32 until summed back.
+            let wide = wide(&g, sl, dl);
+            let g = match s.op {
+                BinaryOp::Add | BinaryOp::Sub => g,
+                op => flex_ops::binary(isa, op, &g, rhs.expect(kept), wide),
+            };
+            flex_ops::unbroadcast(isa, g, sl, dl)
+        };
+        let right = |g: FlexTensor| {
+            if let Some(grad) = repeated(isa, s.op, Side::Right, &g, [lhs, rhs], sr, dr) {
+                return grad;
+            }
+            let wide = wide(&g, sr, dr);
+            let g = match s.op {
+                BinaryOp::Add => g,
+                BinaryOp::Sub => flex_ops::scalar(isa, BinaryOp::Mul, &g, -1.0, wide),
+                BinaryOp::Mul => flex_ops::binary(isa, BinaryOp::Mul, &g, lhs.expect(kept), wide),
+                BinaryOp::Div => {
+                    // -g * lhs / rhs^2, as (-(g * lhs) / rhs) / rhs.
+                    let (lhs, rhs) = (lhs.expect(kept), rhs.expect(kept));
+                    let t = flex_ops::binary(isa, BinaryOp::Mul, &g, lhs, DType::F32);
+                    let t = flex_ops::binary(isa, BinaryOp::Div, &t, rhs, DType::F32);
+                    let t = flex_ops::binary(isa, BinaryOp::Div, &t, rhs, DType::F32);
+                    flex_ops::scalar(isa, BinaryOp::Mul, &t, -1.0, wide)
                 }
-                // A broadcast operand's products stay in f32 until summed back.
-                let wide = wide(&g, sl, dl);
-                let g = match s.op {
-                    BinaryOp::Add | BinaryOp::Sub => g,
-                    op => flex_ops::binary(isa, op, &g, rhs.expect(kept), wide),
-                };
-                flex_ops::unbroadcast(isa, g, sl, dl)
-            },
-            |g| {
-                if let Some(grad) = repeated(isa, s.op, Side::Right, &g, [lhs, rhs], sr, dr) {
-                    return grad;
-                }
-                let wide = wide(&g, sr, dr);
-                let g = match s.op {
-                    BinaryOp::Add => g,
-                    BinaryOp::Sub => flex_ops::scalar(isa, BinaryOp::Mul, &g, -1.0, wide),
-                    BinaryOp::Mul => {
-                        flex_ops::binary(isa, BinaryOp::Mul, &g, lhs.expect(kept), wide)
-                    }
-                    BinaryOp::Div => {
-                        // -g * lhs / rhs^2, as (-(g * lhs) / rhs) / rhs.
-                        let (lhs, rhs) = (lhs.expect(kept), rhs.expect(kept));
-                        let t = flex_ops::binary(isa, BinaryOp::Mul, &g, lhs, DType::F32);
-                        let t = flex_ops::binary(isa, BinaryOp::Div, &t, rhs, DType::F32);
-                        let t = flex_ops::binary(isa, BinaryOp::Div, &t, rhs, DType::F32);
-                        flex_ops::scalar(isa, BinaryOp::Mul, &t, -1.0, wide)
-                    }
-                };
-                flex_ops::unbroadcast(isa, g, sr, dr)
-            },
-        );
+            };
+            flex_ops::unbroadcast(isa, g, sr, dr)
+        };
+        // Burn's `binary` step: the left operand's gradient first.
+        if wants_lhs {
+            let grad = left(g.clone());
+            register(isa, grads, &ops, 0, grad);
+        }
+        if wants_rhs {
+            let grad = right(g);
+            register(isa, grads, &ops, 1, grad);
+        }
     }
 }
 
@@ -199,7 +204,7 @@ impl Backward<Flex, 1> for Scalar {
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("arithmetic with a scalar (backward)", None);
         let (isa, op, s) = ops.state;
-        unary::<Flex, _>(ops.parents, ops.node, grads, |g| {
+        unary(isa, &ops, grads, |g| {
             let dtype = g.dtype();
             match op {
                 BinaryOp::Add | BinaryOp::Sub => g,

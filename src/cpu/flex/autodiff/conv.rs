@@ -33,6 +33,10 @@ struct ConvState {
 impl Grads for ConvState {
     const NAME: &'static str = "conv (backward)";
 
+    fn isa(&self) -> Isa {
+        self.kernel.isa()
+    }
+
     fn grads(&self, grad: &FlexTensor, wants: [bool; 3]) -> [Option<FlexTensor>; 3] {
         self.plan
             .backward(self.kernel, &self.x, &self.weight, grad, wants, self.dtypes)

@@ -10,7 +10,10 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn::backend::flex::FlexTensor;
 use burn_tensor::ops::{FloatTensor, FloatTensorOps};
 
+use burn_amp_kernels::cpu::Isa;
+
 use super::super::layout::contiguous as copy;
+use super::register;
 
 type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
 
@@ -42,13 +45,13 @@ pub(crate) fn contiguous<C: CheckpointStrategy>(x: Tensor<C>) -> Tensor<C> {
 struct SwapDims;
 
 impl Backward<Flex, 1> for SwapDims {
-    /// The two dimensions.
-    type State = (usize, usize);
+    /// The CPU's instruction set, the two dimensions.
+    type State = (Isa, usize, usize);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("swap_dims (backward)", None);
-        let (d1, d2) = ops.state;
-        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
+        let (isa, d1, d2) = ops.state;
+        register::unary(isa, &ops, grads, |grad| {
             let swapped: FlexTensor = Flex::float_swap_dims(grad, d1, d2);
             copy(&swapped)
         });
@@ -56,13 +59,20 @@ impl Backward<Flex, 1> for SwapDims {
 }
 
 /// `x` with two dimensions swapped (a view); its gradient comes back contiguous.
-pub(crate) fn swap_dims<C: CheckpointStrategy>(x: Tensor<C>, d1: usize, d2: usize) -> Tensor<C> {
+pub(crate) fn swap_dims<C: CheckpointStrategy>(
+    isa: Isa,
+    x: Tensor<C>,
+    d1: usize,
+    d2: usize,
+) -> Tensor<C> {
     match SwapDims
         .prepare::<C>([x.node.clone()])
         .compute_bound()
         .stateful()
     {
-        OpsKind::Tracked(prep) => prep.finish((d1, d2), Flex::float_swap_dims(x.primitive, d1, d2)),
+        OpsKind::Tracked(prep) => {
+            prep.finish((isa, d1, d2), Flex::float_swap_dims(x.primitive, d1, d2))
+        }
         OpsKind::UnTracked(prep) => prep.finish(Flex::float_swap_dims(x.primitive, d1, d2)),
     }
 }

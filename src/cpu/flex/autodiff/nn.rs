@@ -76,6 +76,10 @@ struct LayerNormState {
 impl Grads for LayerNormState {
     const NAME: &'static str = "layer_norm (backward)";
 
+    fn isa(&self) -> Isa {
+        self.isa
+    }
+
     fn grads(&self, grad: &FlexTensor, _: [bool; 3]) -> [Option<FlexTensor>; 3] {
         let (x, gamma) = (&self.x, &self.gamma);
         flex_nn::layer_norm_backward(self.isa, x, grad, gamma, &self.stats, self.dtypes).map(Some)

@@ -13,7 +13,10 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
+use burn_amp_kernels::cpu::Isa;
 use burn_tensor::ops::FloatTensor;
+
+use super::register::register;
 
 type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
 
@@ -21,6 +24,9 @@ type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
 pub(super) trait Grads: Clone + Send + core::fmt::Debug + 'static {
     /// The name the step profile times the backward pass under.
     const NAME: &'static str;
+
+    /// The CPU's instruction set the gradients run on.
+    fn isa(&self) -> Isa;
 
     /// The gradients of the operands `wants` asks for, from the output's gradient, each in
     /// its operand's dtype.
@@ -40,9 +46,10 @@ fn backward<S: Grads, const N: usize>(ops: Ops<S, N>, grads: &mut Gradients) {
     let grad: FlexTensor = grads.consume::<Flex>(&ops.node);
     let wants = core::array::from_fn(|i| ops.parents.get(i).is_some_and(Option::is_some));
     let out = ops.state.grads(&grad, wants);
-    for (parent, grad) in ops.parents.iter().zip(out) {
-        if let (Some(parent), Some(grad)) = (parent, grad) {
-            grads.register::<Flex>(parent.id, grad);
+    let isa = ops.state.isa();
+    for (i, grad) in out.into_iter().enumerate().take(N) {
+        if let Some(grad) = grad {
+            register(isa, grads, &ops, i, grad);
         }
     }
 }

@@ -11,7 +11,7 @@ use burn::backend::autodiff::NodeId;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary, unary};
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary};
 use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::cast::Format;
@@ -23,6 +23,7 @@ use super::super::super::{Linear, Routed};
 use super::super::cast::cast as flex_cast;
 use super::super::matmul::{Plan, linear as flex_linear, linear_grads, takes_linear};
 use super::node::{Grads, record};
+use super::register::unary;
 
 type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
 
@@ -36,9 +37,7 @@ impl Backward<Flex, 1> for Cast {
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("cast (backward)", None);
         let (isa, dtype) = ops.state;
-        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
-            flex_cast(isa, grad, dtype)
-        });
+        unary(isa, &ops, grads, |grad| flex_cast(isa, grad, dtype));
     }
 }
 
@@ -157,6 +156,10 @@ struct LinearState {
 
 impl Grads for LinearState {
     const NAME: &'static str = "linear (backward)";
+
+    fn isa(&self) -> Isa {
+        self.kernel.isa()
+    }
 
     fn grads(&self, grad: &FlexTensor, wants: [bool; 3]) -> [Option<FlexTensor>; 3] {
         linear_grads(
