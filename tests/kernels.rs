@@ -7,7 +7,8 @@
 //! fused cast-and-matmul; softmax, layer norm, GELU,
 //! arithmetic, reshapes and dropout masks against Flex's own ops (`kernels/nn.rs`);
 //! convolutions split across threads keep their results (`kernels/conv.rs`); a batch
-//! norm's statistics and 16-bit gradient sums with Flex's bits (`kernels/statistics.rs`). The
+//! norm's statistics and 16-bit gradient sums with Flex's bits (`kernels/statistics.rs`), for
+//! a tensor read by several of burn-amp's ops too (`kernels/gradient_sums.rs`). The
 //! cuBLASLt call plans against Burn's matmul (`kernels/gemm_plans.rs`).
 
 mod common;
@@ -17,6 +18,8 @@ mod conv;
 mod flex;
 #[path = "kernels/gemm_plans.rs"]
 mod gemm_plans;
+#[path = "kernels/gradient_sums.rs"]
+mod gradient_sums;
 #[path = "kernels/nn.rs"]
 mod nn;
 #[path = "kernels/order.rs"]

@@ -148,7 +148,7 @@ pub(crate) fn mask_fill<B: Backend>(
     if is_reduced(dtype::<B>(&x))
         && let Some(ops) = context::of::<B>(&x).routed_ops()
     {
-        return match (ops.mask_fill)(x, mask, value.elem::<f64>()) {
+        return match (ops.mask_fill)(ops.isa, x, mask, value.elem::<f64>()) {
             Routed::Ran(out) => out,
             Routed::Declined((x, mask)) => inner(x, mask, value),
         };

@@ -93,7 +93,7 @@ impl<B: Backend> OpContext<B> {
                 // operands) is made row-major on burn-amp's row copy where `B` has it (Flex),
                 // not by the flattening reshape's copy, a value at a time.
                 let [lhs, rhs] = [lhs, rhs].map(|t| match self.kernels() {
-                    Some(ops) => (ops.contiguous)(t),
+                    Some(ops) => (ops.contiguous)(ops.isa, t),
                     None => t,
                 });
                 site.run(kind, lhs, rhs, op)

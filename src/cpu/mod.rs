@@ -162,7 +162,7 @@ pub(crate) type ScalarFn<B> = fn(Isa, BinaryOp, FloatTensor<B>, f32) -> Tried<B,
 
 /// `tensor` with `value` where `mask` is set, or both back.
 pub(crate) type MaskFillFn<B> =
-    fn(FloatTensor<B>, BoolTensor<B>, f64) -> Tried<B, (FloatTensor<B>, BoolTensor<B>)>;
+    fn(Isa, FloatTensor<B>, BoolTensor<B>, f64) -> Tried<B, (FloatTensor<B>, BoolTensor<B>)>;
 
 /// A parameter's AdamW state: its moments and its step count (a one-value f32 tensor, so
 /// that a step skipped on the device does not count).
@@ -242,7 +242,7 @@ pub(crate) struct RoutedOps<B: Backend> {
     pub bernoulli: fn(Isa, Shape, f64, DType) -> FloatTensor<B>,
     /// The tensor in row-major order (itself when it is): before a reshape that would
     /// otherwise copy value by value.
-    pub contiguous: fn(FloatTensor<B>) -> FloatTensor<B>,
+    pub contiguous: fn(Isa, FloatTensor<B>) -> FloatTensor<B>,
     /// Two dimensions swapped, as a view whose gradient comes back contiguous.
     pub swap_dims: fn(Isa, FloatTensor<B>, usize, usize) -> FloatTensor<B>,
 }

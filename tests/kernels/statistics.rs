@@ -22,7 +22,7 @@ fn bits(v: Vec<f32>) -> Vec<u32> {
 /// on `MixedPrecision<Autodiff<Flex>>` under `policy` (with its cost profile) and on bare
 /// `Autodiff<Flex>`, where `bare` writes the casts the policy inserts.
 #[allow(clippy::type_complexity)]
-fn both<const D: usize, const E: usize>(
+pub(crate) fn both<const D: usize, const E: usize>(
     policy: &str,
     (x, dims, dtype): (&[f32], [usize; D], FloatDType),
     w: &[f32],

@@ -5,7 +5,7 @@
 //! inf and NaN, subnormals); arithmetic and ReLU are exact (the f32 operation rounded
 //! once); dropout masks and strided copies are exact.
 
-use burn_amp_kernels::cpu::cast::CpuFloat;
+use burn_amp_kernels::cpu::cast::{self, CpuFloat};
 use burn_amp_kernels::cpu::nn::{self, BinaryOp, NnError};
 use burn_amp_kernels::cpu::{Isa, layout};
 use half::{bf16, f16};
@@ -511,6 +511,49 @@ fn a_scaled_product_of_two_is_the_sum_of_the_product_with_itself() {
     for (la, lb) in [(3, 2), (2, 3)] {
         assert!(matches!(
             nn::scaled_product(Isa::detect(), &a[..la], &b[..lb], 2.0, &mut out),
+            Err(NnError::Length { .. })
+        ));
+    }
+}
+
+#[test]
+fn a_rounded_sum_is_the_cast_then_the_sum() {
+    // A cast's gradient added to the one its 16-bit input already has: `a` converted to
+    // `b`'s format, then added there. Values near the halfway points of the narrow format
+    // (where rounding once or twice differ), every awkward value, block (512) and task
+    // (16,384) boundaries; the output in `b`'s format and in f32.
+    fn check<A: Bits, B: Bits, O: Bits>(n: usize) {
+        let mut a: Vec<f32> = awkward(n, 300.0, 9);
+        // 1 + 2^-9 + 2^-20: rounds up to bf16 alone, down to 1 in `1 + x` unrounded.
+        a.iter_mut()
+            .step_by(7)
+            .for_each(|v| *v = 1.0 + 1.0 / 512.0 + 1.0 / 1_048_576.0);
+        let a: Vec<A> = narrow(&a);
+        let b: Vec<B> = narrow(&awkward(n, 30.0, 10));
+        let mut rounded = vec![B::default(); n];
+        cast::convert(Isa::PORTABLE, &a, &mut rounded).unwrap();
+        let mut want = vec![O::default(); n];
+        nn::binary(Isa::PORTABLE, BinaryOp::Add, &rounded, &b, &mut want).unwrap();
+        let what = format!("{n} {:?} + {:?} -> {:?}", A::FORMAT, B::FORMAT, O::FORMAT);
+        let got = same_bits_everywhere(&what, |isa| {
+            let mut out = vec![O::default(); n];
+            nn::rounded_sum(isa, &a, &b, &mut out).unwrap();
+            out
+        });
+        assert_eq!(bits(&got), bits(&want), "{what}");
+    }
+    for n in [1, 17, 512, 1000, 40_000] {
+        check::<f32, bf16, bf16>(n);
+        check::<f32, f16, f16>(n);
+        check::<f32, bf16, f32>(n);
+        check::<bf16, f16, f16>(n);
+        check::<f32, f32, f32>(n);
+    }
+    let (a, b) = (awkward(3, 1.0, 11), narrow::<bf16>(&awkward(3, 1.0, 12)));
+    let mut out = [bf16::ZERO; 3];
+    for (la, lb, lo) in [(3, 2, 3), (2, 3, 3), (3, 3, 2)] {
+        assert!(matches!(
+            nn::rounded_sum(Isa::detect(), &a[..la], &b[..lb], &mut out[..lo]),
             Err(NnError::Length { .. })
         ));
     }

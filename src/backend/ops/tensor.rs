@@ -372,7 +372,7 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     fn float_reshape(tensor: FloatTensor<Self>, shape: Shape) -> FloatTensor<Self> {
         let _op = RESHAPE.record(None);
         let tensor = match context::of::<B>(&tensor).routed_ops() {
-            Some(ops) => (ops.contiguous)(tensor),
+            Some(ops) => (ops.contiguous)(ops.isa, tensor),
             None => tensor,
         };
         B::float_reshape(tensor, shape)

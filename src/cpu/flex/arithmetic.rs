@@ -17,6 +17,17 @@ use super::nn::takes;
 use super::tensor::{converted, format, from_vec, to_fill, values};
 use crate::dtype::with_float;
 
+/// Whether the f32 statistics ops (a square, a mean over a dimension) take `x`: f32, in a
+/// layout the elementwise kernels read.
+pub(crate) fn takes_f32(x: &FlexTensor) -> bool {
+    x.dtype() == DType::F32 && takes(x)
+}
+
+/// `x * x` of an f32 tensor (Burn's `powi(2)`): one product on the elementwise kernel.
+pub(crate) fn square(isa: Isa, x: &FlexTensor) -> FlexTensor {
+    binary(isa, BinaryOp::Mul, x, x, DType::F32)
+}
+
 /// Whether the elementwise kernels take `a op b`: dtypes they read, shapes that broadcast.
 pub(crate) fn takes_binary(a: &FlexTensor, b: &FlexTensor) -> bool {
     takes(a) && takes(b) && broadcast_shape(a.layout().shape(), b.layout().shape()).is_some()
@@ -174,6 +185,24 @@ pub(crate) fn binary(
     new_tensor!(shape, dtype, y => with_float!(a.dtype(), A => with_float!(b.dtype(), B => {
         nn::binary(isa, op, values::<A>(&a), values::<B>(&b), y).expect("equal lengths")
     })))
+}
+
+/// `a` cast to `b`'s 16-bit dtype and added to `b` there (`nn::rounded_sum`: the bits of
+/// the cast, then the sum), in one pass; `None` where the kernel does not take them
+/// (shapes that differ, a `b` that is not 16-bit, a dtype it does not read).
+pub(crate) fn rounded_sum(isa: Isa, a: &FlexTensor, b: &FlexTensor) -> Option<FlexTensor> {
+    let shape = a.layout().shape();
+    let taken =
+        shape == b.layout().shape() && matches!(b.dtype(), DType::BF16 | DType::F16) && takes(a);
+    if !taken {
+        return None;
+    }
+    let (a, b) = (contiguous(a), contiguous(b));
+    Some(
+        new_tensor!(shape.clone(), b.dtype(), y => with_float!(a.dtype(), A => with_float!(b.dtype(), B => {
+            nn::rounded_sum(isa, values::<A>(&a), values::<B>(&b), y).expect("equal lengths")
+        }))),
+    )
 }
 
 /// The gradient of an operand of `shape` repeated to `g`'s shape in `g * x` (for `x` the

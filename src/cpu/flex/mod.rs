@@ -153,13 +153,14 @@ fn adaptive_avg_pool2d(
 }
 
 fn square(isa: Isa, x: FlexTensor) -> Routed<FlexTensor, FlexTensor> {
-    if x.dtype() != DType::F32 || !nn::takes(&x) {
-        return Routed::Declined(x);
+    match arithmetic::takes_f32(&x) {
+        true => Routed::Ran(arithmetic::square(isa, &x)),
+        false => Routed::Declined(x),
     }
-    Routed::Ran(arithmetic::binary(isa, BinaryOp::Mul, &x, &x, DType::F32))
 }
 
 fn mask_fill(
+    _: Isa,
     x: FlexTensor,
     mask: FlexTensor,
     value: f64,
@@ -203,7 +204,7 @@ pub(crate) fn ops(isa: Isa) -> RoutedOps<Flex> {
         mean_dim: |_, x, _| Routed::Declined(x),
         mask_fill,
         bernoulli: nn::bernoulli,
-        contiguous: |x| layout::contiguous(&x),
+        contiguous: |_, x| layout::contiguous(&x),
         swap_dims: |_, x, d1, d2| {
             <Flex as burn_tensor::ops::FloatTensorOps<Flex>>::float_swap_dims(x, d1, d2)
         },

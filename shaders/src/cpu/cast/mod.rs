@@ -193,6 +193,30 @@ pub(crate) fn convert_block<S: CpuFloat, D: CpuFloat>(isa: Isa, src: &[S], dst: 
     convert_serial(isa, src, dst, false);
 }
 
+/// `src` rounded to `format` (exactly as converting it would) and widened back, into
+/// `dst`; a block at a time through a 16-bit buffer on the stack.
+pub(crate) fn round_block(isa: Isa, format: Format, src: &[f32], dst: &mut [f32]) {
+    debug_assert_eq!(src.len(), dst.len());
+    const STEP: usize = 512;
+    let mut narrow = [0u16; STEP];
+    for (src, dst) in src.chunks(STEP).zip(dst.chunks_mut(STEP)) {
+        let narrow = &mut narrow[..src.len()];
+        match format {
+            Format::F32 => dst.copy_from_slice(src),
+            Format::Bf16 => {
+                let narrow: &mut [bf16] = bytemuck::cast_slice_mut(narrow);
+                convert_block(isa, src, narrow);
+                convert_block(isa, &*narrow, dst);
+            }
+            Format::F16 => {
+                let narrow: &mut [f16] = bytemuck::cast_slice_mut(narrow);
+                convert_block(isa, src, narrow);
+                convert_block(isa, &*narrow, dst);
+            }
+        }
+    }
+}
+
 /// Converts `src` into a new vector (see [`convert`]).
 pub fn to_vec<S: CpuFloat, D: CpuFloat>(isa: Isa, src: &[S]) -> Vec<D> {
     let mut dst = zeroed(src.len());

@@ -193,16 +193,14 @@ impl Planes {
         out: &mut [O],
     ) {
         let (c, plane, out_plane) = (self.shape.channels, self.plane, self.out_plane);
-        let ([kh, kw], [oh, ow]) = (self.shape.kernel, self.out);
-        let ([sy, sx], [dy, dx]) = (self.shape.stride, self.shape.dilation);
-        let pw = self.padded[1];
         if out_plane == 0 {
             return;
         }
         let per_task = Self::per_task(out_plane.max(plane));
+        let window = self.window();
         parallel::chunks(out, per_task * out_plane, |t, planes| {
-            let mut padded = vec![0f32; self.padded[0] * pw];
-            let (mut stage, mut acc) = (Stage::default(), vec![0f32; ow]);
+            let mut padded = vec![0f32; self.padded[0] * self.padded[1]];
+            let (mut stage, mut acc) = (Stage::default(), vec![0f32; out_plane]);
             for (i, dst) in planes.chunks_mut(out_plane).enumerate() {
                 let p = t * per_task + i;
                 let ch = p % c;
@@ -213,16 +211,10 @@ impl Planes {
                     &mut stage,
                     &mut padded,
                 );
-                let taps = &weight[ch * kh * kw..][..kh * kw];
+                let taps = &weight[ch * self.taps..][..self.taps];
                 let b = bias.map_or(0.0, |b| b[ch]);
-                for (oy, row) in dst.chunks_exact_mut(ow).enumerate().take(oh) {
-                    acc.fill(b);
-                    for (ki, taps) in taps.chunks_exact(kw).enumerate() {
-                        let src = &padded[(oy * sy + ki * dy) * pw..][..pw];
-                        accumulate_row(isa, &mut acc, src, taps, sx, dx);
-                    }
-                    cast::convert_block(isa, &acc, row);
-                }
+                forward_plane(isa, &mut acc, &padded, taps, b, window);
+                cast::convert_block(isa, &acc, dst);
             }
         });
     }
@@ -236,29 +228,37 @@ impl Planes {
         dx: &mut [D],
     ) {
         let (c, plane, out_plane) = (self.shape.channels, self.plane, self.out_plane);
-        let ([kh, kw], [_, ow]) = (self.shape.kernel, self.out);
-        let ([sy, sx], [dily, dilx]) = (self.shape.stride, self.shape.dilation);
-        let ([ph, ppw], [h, w]) = (self.shape.padding, self.shape.size);
+        let ([ph, ppw], [h, w], [oh, ow]) = (self.shape.padding, self.shape.size, self.out);
         let pw = self.padded[1];
         if plane == 0 {
             return;
         }
         let per_task = Self::per_task(out_plane.max(plane));
+        let window = self.window();
         parallel::chunks(dx, per_task * plane, |t, planes| {
             let mut padded = vec![0f32; self.padded[0] * pw];
-            let mut stage = Stage::default();
+            let (mut stage, mut acc, mut widened) = (Stage::default(), Vec::new(), Vec::new());
             for (i, dst) in planes.chunks_mut(plane).enumerate() {
                 let p = t * per_task + i;
                 let ch = p % c;
-                padded.fill(0.0);
                 let dy = stage.rounded(isa, format, &dy_all[p * out_plane..][..out_plane]);
-                let taps = &weight[ch * kh * kw..][..kh * kw];
-                for (oy, g) in dy.chunks_exact(ow.max(1)).enumerate() {
-                    for (ki, taps) in taps.chunks_exact(kw).enumerate() {
-                        let at = (oy * sy + ki * dily) * pw;
-                        scatter_row(isa, &mut padded[at..][..pw], g, taps, sx, dilx);
+                let taps = &weight[ch * self.taps..][..self.taps];
+                if window.stride == [1, 1] && ow > 0 && taps.iter().all(|t| t.is_finite()) {
+                    // Each input's sum gathered in a register, in the order the scatter
+                    // below adds: `dy`'s rows read with zeros on each side.
+                    let wide = (window.kernel[1] - 1) * window.dilation[1];
+                    let row_len = ow + 2 * wide;
+                    widened.resize(oh * row_len, 0.0);
+                    for (src, dst) in dy.chunks_exact(ow).zip(widened.chunks_exact_mut(row_len)) {
+                        dst[wide..wide + ow].copy_from_slice(src);
                     }
+                    acc.resize(plane, 0.0);
+                    input_grad_gather(isa, &mut acc, &widened, taps, window, [ph, ppw], [h, w]);
+                    cast::convert_block(isa, &acc, dst);
+                    continue;
                 }
+                padded.fill(0.0);
+                input_grad_plane(isa, &mut padded, dy, taps, window);
                 for (y, row) in dst.chunks_exact_mut(w).enumerate().take(h) {
                     cast::convert_block(isa, &padded[(y + ph) * pw + ppw..][..w], row);
                 }
@@ -277,11 +277,12 @@ impl Planes {
     ) {
         let (c, plane, out_plane, taps) =
             (self.shape.channels, self.plane, self.out_plane, self.taps);
-        let ([kh, kw], [_, ow]) = (self.shape.kernel, self.out);
-        let ([sy, sx], [dily, dilx]) = (self.shape.stride, self.shape.dilation);
+        let ([kh, kw], [dily, dilx]) = (self.shape.kernel, self.shape.dilation);
         let pw = self.padded[1];
+        let window = self.window();
         // Each channel's weight gradient, then its bias gradient: a task takes whole
-        // channels, each summed over the batch in order.
+        // channels, each summed over the batch in order (a tap's sum over a plane in the
+        // running sums of `plane_dot`): one order whatever the threads.
         let mut sums = vec![0f32; c * (taps + 1)];
         let per_task = Self::per_task(self.shape.batch * out_plane.max(plane));
         if taps > 0 && out_plane > 0 {
@@ -305,12 +306,8 @@ impl Planes {
                         let g = gs.rounded(isa, format, raw);
                         for ki in 0..kh {
                             for kj in 0..kw {
-                                let mut s = 0f32;
-                                for (oy, g) in g.chunks_exact(ow).enumerate() {
-                                    let row = &padded[(oy * sy + ki * dily) * pw..][..pw];
-                                    s += dot_row(isa, g, &row[kj * dilx..], sx);
-                                }
-                                dw[ki * kw + kj] += s;
+                                let src = &padded[ki * dily * pw + kj * dilx..];
+                                dw[ki * kw + kj] += plane_dot(isa, g, src, window);
                             }
                         }
                     }
@@ -364,19 +361,91 @@ fn narrowed<'a, S: CpuFloat, N: CpuFloat + bytemuck::Pod>(
     narrow
 }
 
+/// Where a plane's taps read: the kernel, stride and dilation, the padded plane's row
+/// width, the output plane's size.
+#[derive(Clone, Copy)]
+struct Window {
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    dilation: [usize; 2],
+    padded_width: usize,
+    out: [usize; 2],
+}
+
+impl Planes {
+    fn window(&self) -> Window {
+        Window {
+            kernel: self.shape.kernel,
+            stride: self.shape.stride,
+            dilation: self.shape.dilation,
+            padded_width: self.padded[1],
+            out: self.out,
+        }
+    }
+}
+
+/// Output columns a register holds while the taps add into them.
+const COLUMNS: usize = 16;
+
 multiversion! {
-    /// `acc[o] += taps[j] * src[o * stride + j * dilation]` for each tap `j` in order.
-    fn accumulate_row(acc: &mut [f32], src: &[f32], taps: &[f32], stride: usize, dilation: usize) {
-        let n = acc.len();
-        for (j, &t) in taps.iter().enumerate() {
-            let at = j * dilation;
-            if stride == 1 {
-                for (a, v) in acc.iter_mut().zip(&src[at..at + n]) {
-                    *a += t * *v;
+    /// One output plane from its padded input plane: each output `bias`, then
+    /// `taps[ki][kj] * padded[(oy * sy + ki * dy) * pw + o * sx + kj * dx]` added tap by tap
+    /// in order; sixteen outputs at a time, held while every tap adds into them.
+    fn forward_plane(out: &mut [f32], padded: &[f32], taps: &[f32], bias: f32, window: Window) {
+        let Window { kernel: [kh, kw], stride: [sy, sx], dilation: [dy, dx], .. } = window;
+        let (pw, ow) = (window.padded_width, window.out[1]);
+        for (oy, row) in out.chunks_exact_mut(ow).enumerate() {
+            let top = oy * sy * pw;
+            for (c, out) in row.chunks_mut(COLUMNS).enumerate() {
+                let first = top + c * COLUMNS * sx;
+                let mut acc = [bias; COLUMNS];
+                for ki in 0..kh {
+                    for kj in 0..kw {
+                        let t = taps[ki * kw + kj];
+                        let at = first + ki * dy * pw + kj * dx;
+                        match (sx, out.len()) {
+                            (1, COLUMNS) => {
+                                let src: &[f32; COLUMNS] =
+                                    padded[at..at + COLUMNS].try_into().expect("16 values");
+                                for (a, v) in acc.iter_mut().zip(src) {
+                                    *a += t * *v;
+                                }
+                            }
+                            (_, n) => {
+                                for (o, a) in acc[..n].iter_mut().enumerate() {
+                                    *a += t * padded[at + o * sx];
+                                }
+                            }
+                        }
+                    }
                 }
-            } else {
-                for (o, a) in acc.iter_mut().enumerate() {
-                    *a += t * src[at + o * stride];
+                out.copy_from_slice(&acc[..out.len()]);
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// One output gradient plane `dy` through the taps into the padded input gradient
+    /// plane: `padded[(oy * sy + ki * dy) * pw + o * sx + kj * dx] += taps[ki][kj] * g[oy][o]`
+    /// for each output row, then each tap, in order.
+    fn input_grad_plane(padded: &mut [f32], g: &[f32], taps: &[f32], window: Window) {
+        let Window { kernel: [_, kw], stride: [sy, sx], dilation: [dy, dx], .. } = window;
+        let (pw, ow) = (window.padded_width, window.out[1]);
+        for (oy, g) in g.chunks_exact(ow).enumerate() {
+            for (ki, taps) in taps.chunks_exact(kw).enumerate() {
+                let dst = &mut padded[(oy * sy + ki * dy) * pw..][..pw];
+                for (j, &t) in taps.iter().enumerate() {
+                    let at = j * dx;
+                    if sx == 1 {
+                        for (d, v) in dst[at..at + ow].iter_mut().zip(g) {
+                            *d += t * *v;
+                        }
+                    } else {
+                        for (o, v) in g.iter().enumerate() {
+                            dst[at + o * sx] += t * *v;
+                        }
+                    }
                 }
             }
         }
@@ -384,31 +453,175 @@ multiversion! {
 }
 
 multiversion! {
-    /// `dst[o * stride + j * dilation] += taps[j] * g[o]` for each tap `j` in order.
-    fn scatter_row(dst: &mut [f32], g: &[f32], taps: &[f32], stride: usize, dilation: usize) {
-        let n = g.len();
-        for (j, &t) in taps.iter().enumerate() {
-            let at = j * dilation;
-            if stride == 1 {
-                for (d, v) in dst[at..at + n].iter_mut().zip(g) {
-                    *d += t * *v;
+    /// [`input_grad_plane`] at stride 1, gathered: each input's gradient (`dx`, the plane
+    /// without its padding) summed from zero, sixteen at a time in a register, over the
+    /// output rows that reach it in order (the kernel's rows backwards), then the kernel's
+    /// columns in order: the scatter's order, so its bits. `g`'s rows are read with `wide`
+    /// zeros on each side (`(kw - 1) * dilation`), so every column takes every tap: a zero
+    /// product added to a sum from zero leaves its bits as they are (finite taps only).
+    fn input_grad_gather(
+        dx: &mut [f32],
+        g: &[f32],
+        taps: &[f32],
+        window: Window,
+        padding: [usize; 2],
+        size: [usize; 2],
+    ) {
+        let Window { kernel: [kh, kw], dilation: [dy, dx_], out: [oh, ow], .. } = window;
+        let ([ph, pw], [_, w]) = (padding, size);
+        let wide = (kw - 1) * dx_;
+        let row_len = ow + 2 * wide;
+        for (y, row) in dx.chunks_exact_mut(w).enumerate() {
+            // The output rows that reach this row, in the order the scatter adds them.
+            let rows = (0..kh).rev().filter_map(|ki| {
+                let oy = (y + ph).checked_sub(ki * dy).filter(|oy| *oy < oh)?;
+                Some((ki, &g[oy * row_len..][..row_len]))
+            });
+            // Blocks of sixteen, the last one ending at the row's end (overlapping the one
+            // before: the same sums, written twice); a row under sixteen lane by lane.
+            let n = w.min(COLUMNS);
+            let last = w - n;
+            for x0 in (0..last).step_by(COLUMNS).chain([last]) {
+                let mut acc = [0f32; COLUMNS];
+                for (ki, g) in rows.clone() {
+                    for kj in 0..kw {
+                        let t = taps[ki * kw + kj];
+                        // Output column `x + pw - kj * dx`, `wide` places into the row read.
+                        let at = x0 + pw + wide - kj * dx_;
+                        if n == COLUMNS {
+                            let g: &[f32; COLUMNS] = g[at..at + COLUMNS].try_into().expect("16 values");
+                            for (a, v) in acc.iter_mut().zip(g) {
+                                *a += t * *v;
+                            }
+                        } else {
+                            for (a, v) in acc[..n].iter_mut().zip(&g[at..]) {
+                                *a += t * *v;
+                            }
+                        }
+                    }
                 }
-            } else {
-                for (o, v) in g.iter().enumerate() {
-                    dst[at + o * stride] += t * *v;
-                }
+                row[x0..x0 + n].copy_from_slice(&acc[..n]);
             }
         }
     }
 }
 
+/// Running sums of [`plane_dot`]: two AVX-512 registers' worth.
+const LANES: usize = 32;
+
 multiversion! {
-    /// The sum of `g[o] * src[o * stride]` (16 running sums at stride 1).
-    fn dot_row(g: &[f32], src: &[f32], stride: usize) -> f32 {
-        if stride == 1 {
-            crate::cpu::nn::dot16(g, &src[..g.len()])
-        } else {
-            g.iter().enumerate().map(|(o, v)| v * src[o * stride]).sum()
+    /// The sum of `g[oy][o] * src[oy * sy * pw + o * sx]` over an output plane (`src` the
+    /// padded plane from one tap's first value): output column `o` into running sum
+    /// `o % 32`, rows in order, then the running sums in order. The same operations in the
+    /// same order on every instruction set.
+    fn plane_dot(g: &[f32], src: &[f32], window: Window) -> f32 {
+        let Window { stride: [sy, sx], .. } = window;
+        let (pw, ow) = (window.padded_width, window.out[1]);
+        let mut lanes = [0f32; LANES];
+        for (oy, g) in g.chunks_exact(ow).enumerate() {
+            let src = &src[oy * sy * pw..];
+            if sx == 1 {
+                let src = &src[..ow];
+                let (mut gs, mut ss) = (g.chunks_exact(LANES), src.chunks_exact(LANES));
+                for (g, s) in (&mut gs).zip(&mut ss) {
+                    for ((l, g), s) in lanes.iter_mut().zip(g).zip(s) {
+                        *l += *g * *s;
+                    }
+                }
+                for ((l, g), s) in lanes.iter_mut().zip(gs.remainder()).zip(ss.remainder()) {
+                    *l += *g * *s;
+                }
+            } else {
+                for (o, g) in g.iter().enumerate() {
+                    lanes[o % LANES] += *g * src[o * sx];
+                }
+            }
+        }
+        lanes.iter().sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values with every sign, many magnitudes, and zeros.
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(2_654_435_761).max(1);
+        (0..n)
+            .map(|i| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                match i % 11 {
+                    0 => 0.0,
+                    _ => (state as f32 / u32::MAX as f32 - 0.5) * (1 << (i % 7)) as f32,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_gathered_input_gradient_has_the_scatters_bits_and_the_forward_its_order() {
+        for (size, kernel, padding, dilation) in [
+            ([5, 5], [3, 3], [1, 1], [1, 1]),
+            ([16, 16], [3, 3], [1, 1], [1, 1]),
+            ([9, 17], [3, 3], [0, 1], [1, 1]),
+            ([7, 40], [5, 5], [2, 2], [1, 1]),
+            ([8, 33], [3, 3], [2, 2], [2, 2]),
+            ([6, 21], [1, 1], [0, 0], [1, 1]),
+            ([4, 19], [2, 3], [1, 0], [1, 3]),
+        ] {
+            let shape = ConvShape {
+                padding,
+                dilation,
+                ..ConvShape::new(1, 1, size, kernel)
+            };
+            let planes = Planes::of(&shape).unwrap();
+            let window = planes.window();
+            let [oh, ow] = planes.out;
+            let taps = values(planes.taps, 3);
+            let g = values(oh * ow, 4);
+            for isa in Isa::available() {
+                let what = format!("{size:?} {kernel:?} {padding:?} {dilation:?} on {isa}");
+                // The input gradient: scattered into the padded plane, and gathered.
+                let mut padded = vec![0f32; planes.padded[0] * planes.padded[1]];
+                input_grad_plane(isa, &mut padded, &g, &taps, window);
+                let pw = planes.padded[1];
+                let want: Vec<u32> = (0..size[0])
+                    .flat_map(|y| {
+                        let row = &padded[(y + padding[0]) * pw + padding[1]..][..size[1]];
+                        row.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                    })
+                    .collect();
+                let wide = (kernel[1] - 1) * dilation[1];
+                let mut widened = vec![0f32; oh * (ow + 2 * wide)];
+                for (src, dst) in g
+                    .chunks_exact(ow)
+                    .zip(widened.chunks_exact_mut(ow + 2 * wide))
+                {
+                    dst[wide..wide + ow].copy_from_slice(src);
+                }
+                let mut got = vec![f32::NAN; planes.plane];
+                input_grad_gather(isa, &mut got, &widened, &taps, window, padding, size);
+                let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "{what}: the input gradient");
+                // The forward plane: the bias, then each tap in order, value by value.
+                let x = values(planes.padded[0] * pw, 5);
+                let mut got = vec![0f32; oh * ow];
+                forward_plane(isa, &mut got, &x, &taps, 0.25, window);
+                for (i, got) in got.iter().enumerate() {
+                    let (oy, o) = (i / ow, i % ow);
+                    let mut want = 0.25f32;
+                    for ki in 0..kernel[0] {
+                        for kj in 0..kernel[1] {
+                            let at = (oy + ki * dilation[0]) * pw + o + kj * dilation[1];
+                            want += taps[ki * kernel[1] + kj] * x[at];
+                        }
+                    }
+                    assert_eq!(got.to_bits(), want.to_bits(), "{what}: output {i}");
+                }
+            }
         }
     }
 }

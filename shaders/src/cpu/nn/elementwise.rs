@@ -7,10 +7,10 @@
 //! `[1, C, 1, 1]` statistic, a bias's `[1, 1, W]`) is read where it lies, not expanded.
 
 use crate::cpu::Isa;
-use crate::cpu::cast::CpuFloat;
+use crate::cpu::cast::{self, CpuFloat};
 use crate::cpu::multiversion::multiversion;
 
-use super::{NnError, check, map_binary, map_unary, map_unary_at};
+use super::{BLOCK, NnError, check, map_binary, map_unary, map_unary_at};
 
 /// An arithmetic op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -162,6 +162,44 @@ pub fn binary<A: CpuFloat, B: CpuFloat, O: CpuFloat>(
     check("right operand", a.len(), b.len())?;
     check("output", a.len(), out.len())?;
     map_binary(isa, a, b, out, |a, b| binary_f32(isa, op, a, b));
+    Ok(())
+}
+
+/// `out = round(a) + b`, value by value: `a` rounded to `B`'s format first, then added
+/// to `b` in f32 and rounded to `out`'s type once. These are the bits of casting `a` to
+/// `b`'s dtype and adding the two there (a cast's gradient added to the gradient its
+/// input already has), in one pass that writes the rounded `a` nowhere.
+///
+/// ```
+/// use burn_amp_kernels::cpu::{Isa, nn};
+/// use half::bf16;
+///
+/// let a = [1.0f32 + 1.0 / 512.0, -2.0];
+/// let b = [bf16::from_f32(1.0), bf16::from_f32(0.5)];
+/// let mut out = [bf16::ZERO; 2];
+/// nn::rounded_sum(Isa::detect(), &a, &b, &mut out)?;
+/// // 1 + 2^-9 rounds to 1 in bf16 first: 1 + 1, not 2 + 2^-9 rounded.
+/// assert_eq!(out.map(bf16::to_f32), [2.0, -1.5]);
+/// # Ok::<(), nn::NnError>(())
+/// ```
+///
+/// # Errors
+/// [`NnError::Length`] when the three lengths differ.
+pub fn rounded_sum<A: CpuFloat, B: CpuFloat, O: CpuFloat>(
+    isa: Isa,
+    a: &[A],
+    b: &[B],
+    out: &mut [O],
+) -> Result<(), NnError> {
+    check("right operand", a.len(), b.len())?;
+    check("output", a.len(), out.len())?;
+    let format = B::FORMAT;
+    map_binary(isa, a, b, out, |a, b| {
+        let mut rounded = [0f32; BLOCK];
+        let rounded = &mut rounded[..a.len()];
+        cast::round_block(isa, format, a, rounded);
+        binary_f32(isa, BinaryOp::Add, rounded, b);
+    });
     Ok(())
 }
 

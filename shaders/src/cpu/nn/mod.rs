@@ -34,7 +34,9 @@ mod random;
 mod softmax;
 
 pub use activation::{gelu, gelu_backward, relu, relu_backward};
-pub use elementwise::{BinaryOp, Broadcast, binary, binary_broadcast, scalar, scaled_product};
+pub use elementwise::{
+    BinaryOp, Broadcast, binary, binary_broadcast, rounded_sum, scalar, scaled_product,
+};
 pub use layer_norm::{LayerNormStats, layer_norm, layer_norm_backward};
 pub use mask::{MaskLayout, mask_fill};
 pub use random::{bernoulli, philox4x32_10, uniform};

@@ -6,7 +6,7 @@ use burn::backend::Flex;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn_tensor::ops::{FloatTensor, FloatTensorOps};
 
@@ -21,24 +21,29 @@ type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
 struct Contiguous;
 
 impl Backward<Flex, 1> for Contiguous {
-    type State = ();
+    /// The CPU's instruction set.
+    type State = Isa;
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("contiguous copy (backward)", None);
-        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| grad);
+        register::unary(ops.state, &ops, grads, |grad| grad);
     }
 }
 
 /// `x` in row-major order (itself, untracked by a new node, when it already is).
-pub(crate) fn contiguous<C: CheckpointStrategy>(x: Tensor<C>) -> Tensor<C> {
+pub(crate) fn contiguous<C: CheckpointStrategy>(isa: Isa, x: Tensor<C>) -> Tensor<C> {
     if x.primitive.is_contiguous() {
         return x;
     }
     let y = copy(&x.primitive);
-    Contiguous
+    match Contiguous
         .prepare::<C>([x.node.clone()])
         .compute_bound()
-        .stateless(y)
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(isa, y),
+        OpsKind::UnTracked(prep) => prep.finish(y),
+    }
 }
 
 #[derive(Debug)]

@@ -7,7 +7,7 @@ use burn::backend::Flex;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::nn::LayerNormStats;
@@ -17,6 +17,7 @@ use burn_tensor::ops::{FloatTensor, FloatTensorOps};
 use super::super::super::{LayerNormArgs, Routed};
 use super::super::nn as flex_nn;
 use super::node::{Grads, record};
+use super::register::unary;
 
 type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
 
@@ -30,9 +31,9 @@ impl Backward<Flex, 1> for Softmax {
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("softmax (backward)", None);
-        let (isa, y, log, dtype) = ops.state;
-        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
-            flex_nn::softmax_backward(isa, &y, &grad, log, dtype)
+        let (isa, y, log, dtype) = &ops.state;
+        unary(*isa, &ops, grads, |grad| {
+            flex_nn::softmax_backward(*isa, y, &grad, *log, *dtype)
         });
     }
 }
@@ -128,9 +129,9 @@ impl Backward<Flex, 1> for Gelu {
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("gelu (backward)", None);
-        let (isa, x) = ops.state;
-        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
-            flex_nn::gelu_backward(isa, &x, &grad)
+        let (isa, x) = &ops.state;
+        unary(*isa, &ops, grads, |grad| {
+            flex_nn::gelu_backward(*isa, x, &grad)
         });
     }
 }
@@ -164,10 +165,10 @@ impl Backward<Flex, 1> for Relu {
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("relu (backward)", None);
-        let (isa, y) = ops.state;
-        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
+        let (isa, y) = &ops.state;
+        unary(*isa, &ops, grads, |grad| {
             let dtype = grad.dtype();
-            flex_nn::relu_backward(isa, &y, &grad, dtype)
+            flex_nn::relu_backward(*isa, y, &grad, dtype)
         });
     }
 }
@@ -196,17 +197,17 @@ pub(crate) fn relu<C: CheckpointStrategy>(isa: Isa, x: Tensor<C>) -> Routed<Tens
 struct MaskFill;
 
 impl Backward<Flex, 1> for MaskFill {
-    /// The mask.
-    type State = FlexTensor;
+    /// The CPU's instruction set, the mask.
+    type State = (Isa, FlexTensor);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("mask_fill (backward)", None);
-        let mask = ops.state;
-        unary::<Flex, _>(ops.parents, ops.node, grads, |g| {
-            if flex_nn::takes_mask(&g, &mask) {
-                flex_nn::mask_fill(&g, &mask, 0.0)
+        let (isa, mask) = &ops.state;
+        unary(*isa, &ops, grads, |g| {
+            if flex_nn::takes_mask(&g, mask) {
+                flex_nn::mask_fill(&g, mask, 0.0)
             } else {
-                <Flex as FloatTensorOps<Flex>>::float_mask_fill(g, mask, 0.0.into())
+                <Flex as FloatTensorOps<Flex>>::float_mask_fill(g, mask.clone(), 0.0.into())
             }
         });
     }
@@ -215,6 +216,7 @@ impl Backward<Flex, 1> for MaskFill {
 /// `x` with `value` where `mask` is set, in `x`'s dtype; both back when the kernel does not
 /// take them. The gradient is the output's with zero where the mask is set.
 pub(crate) fn mask_fill<C: CheckpointStrategy>(
+    isa: Isa,
     x: Tensor<C>,
     mask: FlexTensor,
     value: f64,
@@ -229,7 +231,7 @@ pub(crate) fn mask_fill<C: CheckpointStrategy>(
             .compute_bound()
             .stateful()
         {
-            OpsKind::Tracked(prep) => prep.finish(mask.clone(), forward()),
+            OpsKind::Tracked(prep) => prep.finish((isa, mask.clone()), forward()),
             OpsKind::UnTracked(prep) => prep.finish(forward()),
         },
     )

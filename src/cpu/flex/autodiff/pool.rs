@@ -7,7 +7,7 @@ use burn::backend::Flex;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn_amp_kernels::cpu::Isa;
 use burn_tensor::ops::FloatTensor;
 use burn_tensor::{DType, Shape};
@@ -23,14 +23,15 @@ type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
 struct MaxPool;
 
 impl Backward<Flex, 1> for MaxPool {
-    /// The plan, the positions the outputs came from, the input's dtype.
-    type State = (MaxPoolPlan, Vec<u32>, DType);
+    /// The CPU's instruction set, the plan, the positions the outputs came from, the
+    /// input's dtype.
+    type State = (Isa, MaxPoolPlan, Vec<u32>, DType);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("max_pool2d (backward)", None);
-        let (plan, positions, dtype) = ops.state;
-        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
-            plan.backward(&grad, &positions, dtype)
+        let (isa, plan, positions, dtype) = &ops.state;
+        register::unary(*isa, &ops, grads, |grad| {
+            plan.backward(&grad, positions, *dtype)
         });
     }
 }
@@ -52,7 +53,7 @@ pub(crate) fn max_pool2d<C: CheckpointStrategy>(
         {
             OpsKind::Tracked(prep) => {
                 let (y, positions) = plan.forward(isa, &x.primitive, true);
-                prep.finish((plan, positions, x.primitive.dtype()), y)
+                prep.finish((isa, plan, positions, x.primitive.dtype()), y)
             }
             OpsKind::UnTracked(prep) => prep.finish(plan.forward(isa, &x.primitive, false).0),
         },

@@ -11,7 +11,7 @@ use burn::backend::autodiff::NodeId;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary};
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::cast::Format;
@@ -20,10 +20,11 @@ use burn_tensor::ops::FloatTensor;
 use burn_tensor::{DType, FloatDType, Shape, TensorMetadata};
 
 use super::super::super::{Linear, Routed};
+use super::super::arithmetic as flex_ops;
 use super::super::cast::cast as flex_cast;
 use super::super::matmul::{Plan, linear as flex_linear, linear_grads, takes_linear};
 use super::node::{Grads, record};
-use super::register::unary;
+use super::register::{binary, register, taken};
 
 type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
 
@@ -37,7 +38,25 @@ impl Backward<Flex, 1> for Cast {
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("cast (backward)", None);
         let (isa, dtype) = ops.state;
-        unary(isa, &ops, grads, |grad| flex_cast(isa, grad, dtype));
+        let grad: FlexTensor = grads.consume::<Flex>(&ops.node);
+        let Some(parent) = &ops.parents[0] else {
+            return;
+        };
+        // An input that already has a gradient in `dtype` (a 16-bit activation read by
+        // several f32 ops): this one rounded to it and added there in one pass, the bits
+        // of the cast and then the sum.
+        let (grad, old) = taken(grads, &ops, 0, grad);
+        if let Some(old) = old {
+            let fused = (old.dtype() == DType::from(dtype))
+                .then(|| flex_ops::rounded_sum(isa, &grad, &old))
+                .flatten();
+            if let Some(sum) = fused {
+                grads.register::<Flex>(parent.id, sum);
+                return;
+            }
+            grads.register::<Flex>(parent.id, old);
+        }
+        register(isa, grads, &ops, 0, flex_cast(isa, grad, dtype));
     }
 }
 
@@ -84,21 +103,21 @@ impl Backward<Flex, 2> for Matmul {
         checkpointer: &mut Checkpointer,
     ) {
         let _time = crate::cost::timed("matmul (backward)", None);
-        let s = ops.state;
+        let s = &ops.state;
         let lhs: Option<FlexTensor> = s.lhs.map(|id| checkpointer.retrieve_node_output(id));
         let rhs: Option<FlexTensor> = s.rhs.map(|id| checkpointer.retrieve_node_output(id));
         let (plan, kernel) = (&s.plan, s.kernel);
-        binary::<Flex, _, _>(
-            ops.parents,
-            ops.node,
+        binary(
+            kernel.isa(),
+            &ops,
             grads,
             |grad| {
                 let rhs = rhs.as_ref().expect("rhs kept for lhs's gradient");
-                plan.grad_lhs(kernel, &grad, rhs, &s.shapes[0], s.dtypes[0])
+                plan.grad_lhs(kernel, grad, rhs, &s.shapes[0], s.dtypes[0])
             },
             |grad| {
                 let lhs = lhs.as_ref().expect("lhs kept for rhs's gradient");
-                plan.grad_rhs(kernel, lhs, &grad, &s.shapes[1], s.dtypes[1])
+                plan.grad_rhs(kernel, lhs, grad, &s.shapes[1], s.dtypes[1])
             },
         );
     }

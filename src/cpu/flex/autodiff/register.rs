@@ -19,7 +19,7 @@ use burn_amp_kernels::cpu::nn::BinaryOp;
 use burn_tensor::DType;
 use burn_tensor::ops::{FloatTensor, FloatTensorOps};
 
-use super::super::arithmetic::binary;
+use super::super::arithmetic as flex_ops;
 
 /// `grad` registered as (a part of) the gradient of `ops`' parent `i`, when that parent
 /// is tracked: added to the gradient it already has, 16-bit ones on burn-amp's kernel.
@@ -35,27 +35,42 @@ pub(super) fn register<S, const N: usize>(
     };
     let mut grad = grad;
     if matches!(grad.dtype(), DType::BF16 | DType::F16) {
-        // `Gradients` finds a gradient by its tensor's node: a tensor of the parent's
-        // node asks for it (only the node's id is read).
-        let key: FloatTensor<Autodiff<Flex, NoCheckpointing>> =
-            FloatTensor::<Autodiff<Flex, NoCheckpointing>> {
-                primitive: grad,
-                node: parent.clone(),
-                rc: Arc::new(parent.id),
-            };
-        let old = grads.remove::<Flex>(&key);
-        grad = key.primitive;
-        if let Some(old) = old {
-            grad = match old.dtype() == grad.dtype()
-                && old.layout().shape() == grad.layout().shape()
+        let (new, old) = taken(grads, ops, i, grad);
+        grad = match old {
+            Some(old)
+                if old.dtype() == new.dtype() && old.layout().shape() == new.layout().shape() =>
             {
-                true => binary(isa, BinaryOp::Add, &grad, &old, grad.dtype()),
-                // What `Gradients::register` would do.
-                false => Flex::float_add(grad, old),
-            };
-        }
+                flex_ops::binary(isa, BinaryOp::Add, &new, &old, new.dtype())
+            }
+            // What `Gradients::register` would do.
+            Some(old) => Flex::float_add(new, old),
+            None => new,
+        };
     }
     grads.register::<Flex>(parent.id, grad);
+}
+
+/// The gradient `ops`' parent `i` already has (none when it is untracked), taken out of
+/// `grads` (the caller registers the sum in its place), with `like` back. `Gradients`
+/// finds a gradient by its tensor's node: a tensor of the parent's node asks for it (only
+/// the node's id is read), made of `like`.
+pub(super) fn taken<S, const N: usize>(
+    grads: &mut Gradients,
+    ops: &Ops<S, N>,
+    i: usize,
+    like: FlexTensor,
+) -> (FlexTensor, Option<FlexTensor>) {
+    let Some(parent) = &ops.parents[i] else {
+        return (like, None);
+    };
+    let key: FloatTensor<Autodiff<Flex, NoCheckpointing>> =
+        FloatTensor::<Autodiff<Flex, NoCheckpointing>> {
+            primitive: like,
+            node: parent.clone(),
+            rc: Arc::new(parent.id),
+        };
+    let old = grads.remove::<Flex>(&key);
+    (key.primitive, old)
 }
 
 /// Burn's `unary` backward step with [`register`]: the output's gradient taken, and
@@ -70,5 +85,25 @@ pub(super) fn unary<S>(
     if ops.parents[0].is_some() {
         let grad = f(grad);
         register(isa, grads, ops, 0, grad);
+    }
+}
+
+/// Burn's `binary` backward step with [`register`]: the output's gradient taken, and
+/// `lhs(grad)` and `rhs(grad)` registered for the parents that are tracked.
+pub(super) fn binary<S>(
+    isa: Isa,
+    ops: &Ops<S, 2>,
+    grads: &mut Gradients,
+    lhs: impl FnOnce(&FlexTensor) -> FlexTensor,
+    rhs: impl FnOnce(&FlexTensor) -> FlexTensor,
+) {
+    let grad: FlexTensor = grads.consume::<Flex>(&ops.node);
+    if ops.parents[0].is_some() {
+        let g = lhs(&grad);
+        register(isa, grads, ops, 0, g);
+    }
+    if ops.parents[1].is_some() {
+        let g = rhs(&grad);
+        register(isa, grads, ops, 1, g);
     }
 }

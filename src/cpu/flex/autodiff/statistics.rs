@@ -14,21 +14,15 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::nn::BinaryOp;
+use burn_tensor::Shape;
 use burn_tensor::ops::{FloatTensor, FloatTensorOps};
-use burn_tensor::{DType, Shape};
 
 use super::super::super::Routed;
 use super::super::arithmetic as flex_ops;
 use super::super::layout::contiguous;
-use super::super::nn::takes;
 use super::register::unary;
 
 type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
-
-/// Whether the ops here take `x`: f32, in a layout the kernels read.
-fn takes_f32(x: &FlexTensor) -> bool {
-    x.dtype() == DType::F32 && takes(x)
-}
 
 #[derive(Debug)]
 struct Square;
@@ -52,10 +46,10 @@ pub(crate) fn square<C: CheckpointStrategy>(
     isa: Isa,
     x: Tensor<C>,
 ) -> Routed<Tensor<C>, Tensor<C>> {
-    if !takes_f32(&x.primitive) {
+    if !flex_ops::takes_f32(&x.primitive) {
         return Routed::Declined(x);
     }
-    let forward = |x: &FlexTensor| flex_ops::binary(isa, BinaryOp::Mul, x, x, DType::F32);
+    let forward = |x: &FlexTensor| flex_ops::square(isa, x);
     Routed::Ran(
         match Square
             .prepare::<C>([x.node.clone()])
@@ -97,7 +91,7 @@ pub(crate) fn mean_dim<C: CheckpointStrategy>(
     x: Tensor<C>,
     dim: usize,
 ) -> Routed<Tensor<C>, Tensor<C>> {
-    if !takes_f32(&x.primitive) || dim >= x.primitive.layout().shape().num_dims() {
+    if !flex_ops::takes_f32(&x.primitive) || dim >= x.primitive.layout().shape().num_dims() {
         return Routed::Declined(x);
     }
     Routed::Ran(
