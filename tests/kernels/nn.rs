@@ -787,3 +787,45 @@ fn batch_norm_shaped_f32_broadcasts_run_on_the_kernels_with_flex_values() {
         }
     }
 }
+
+#[test]
+fn a_product_with_a_repeated_operand_gives_both_gradients_in_one_pass_with_the_bits_of_each() {
+    // `x * s` and `x / s` with `s [1, c, 1, 1]` (a batch norm's scale and standard
+    // deviation): with both operands tracked, both gradients come from one pass over the
+    // output's gradient; with one tracked, each from its own pass. The bits must agree, in
+    // every dtype and mixed policy, over runs longer than a block and tasks ending inside
+    // the channels.
+    let dims = [3, 7, 20, 41];
+    let n: usize = dims.iter().product();
+    let x: Vec<f32> = Lcg::new(31).vec(n, 3.0);
+    let s: Vec<f32> = Lcg::new(32).vec(7, 1.0).iter().map(|v| v + 2.0).collect();
+    let w = Lcg::new(33).vec(n, 1.0);
+    let device = Default::default();
+    for policy in MIXED {
+        let parsed: Policy = policy.parse().unwrap();
+        for dtype in [FloatDType::F32, FloatDType::BF16, FloatDType::F16] {
+            for op in [2, 3] {
+                // [x's gradient, s's gradient] with x tracked, s tracked, or both.
+                let run = |track: [bool; 2]| {
+                    with_policy(parsed, || {
+                        let xt = tensor::<Ad, 4>(&x, dims, dtype);
+                        let st = tensor::<Ad, 4>(&s, [1, 7, 1, 1], dtype);
+                        let xt = if track[0] { xt.require_grad() } else { xt };
+                        let st = if track[1] { st.require_grad() } else { st };
+                        let out = arithmetic(op, xt.clone(), st.clone());
+                        let wt =
+                            Tensor::<Ad, 4>::from_data(TensorData::new(w.clone(), dims), &device);
+                        let grads = (out.cast(FloatDType::F32) * wt).sum().backward();
+                        [xt.grad(&grads), st.grad(&grads)].map(|g| g.map(values))
+                    })
+                };
+                let what = format!("op {op} ({policy}, {dtype:?})");
+                let [both_x, both_s] = run([true, true]).map(|g| common_bits(g.unwrap()));
+                let alone_x = common_bits(run([true, false])[0].clone().unwrap());
+                let alone_s = common_bits(run([false, true])[1].clone().unwrap());
+                assert_eq!(both_x, alone_x, "{what}: x's gradient");
+                assert_eq!(both_s, alone_s, "{what}: s's gradient");
+            }
+        }
+    }
+}

@@ -636,6 +636,85 @@ fn a_repeated_operand_gives_the_bits_of_its_expansion() {
 }
 
 #[test]
+fn scaled_runs_and_their_dots_are_the_two_passes() {
+    // `scaled_and_dots` against the two passes it replaces: `binary_broadcast` (the full
+    // operand's gradient) and `dot_widened` over each run (what the repeated operand's
+    // gradient sums), bit for bit on every instruction set; runs longer than a block (512),
+    // tasks (16,384 values) ending inside the kept places, an inner of one, NaN and inf.
+    fn check<S: Bits, R: Bits>(op: BinaryOp, blocks: [usize; 3]) {
+        let [outer, kept, inner] = blocks;
+        let n = outer * kept * inner;
+        let g: Vec<S> = narrow(&awkward(n, 10.0, 13));
+        let x: Vec<S> = narrow(&awkward(n, 3.0, 14));
+        let s: Vec<R> = narrow(&awkward(kept, 2.0, 15));
+        let mut want = vec![S::default(); n];
+        let right = nn::Broadcast::Right;
+        nn::binary_broadcast(Isa::PORTABLE, op, &g, &s, blocks, right, &mut want).unwrap();
+        let want_dots: Vec<f32> = (0..outer * kept)
+            .map(|r| {
+                let run = r * inner..(r + 1) * inner;
+                cast::dot_widened(Isa::PORTABLE, &g[run.clone()], &x[run]).unwrap()
+            })
+            .collect();
+        let what = format!("{op:?} {blocks:?} {:?} by {:?}", S::FORMAT, R::FORMAT);
+        let dots_everywhere = std::cell::RefCell::new(Vec::new());
+        let got = same_bits_everywhere(&what, |isa| {
+            let (mut out, mut dots) = (vec![S::default(); n], vec![f32::NAN; outer * kept]);
+            nn::scaled_and_dots(isa, op, &g, &x, &s, blocks, &mut out, &mut dots).unwrap();
+            dots_everywhere.borrow_mut().push(dots);
+            out
+        });
+        assert_eq!(bits(&got), bits(&want), "{what}");
+        for dots in dots_everywhere.into_inner() {
+            assert_eq!(bits(&dots), bits(&want_dots), "{what}: dots");
+        }
+    }
+    for blocks in [
+        [3, 5, 1000],
+        [7, 33, 1],
+        [2, 1, 40_000],
+        [1, 700, 37],
+        [4, 64, 257],
+    ] {
+        for op in [BinaryOp::Mul, BinaryOp::Div] {
+            check::<f32, f32>(op, blocks);
+            check::<bf16, bf16>(op, blocks);
+            check::<f16, f32>(op, blocks);
+        }
+    }
+    let (x, mut y, mut d) = (vec![0f32; 12], vec![0f32; 12], vec![0f32; 6]);
+    let mul = BinaryOp::Mul;
+    for (len, s, out, dots) in [
+        (11, 3, 12, 6),
+        (12, 2, 12, 6),
+        (12, 3, 11, 6),
+        (12, 3, 12, 5),
+    ] {
+        assert!(
+            matches!(
+                nn::scaled_and_dots(
+                    Isa::detect(),
+                    mul,
+                    &x[..len],
+                    &x,
+                    &x[..s],
+                    [2, 3, 2],
+                    &mut y[..out],
+                    &mut d[..dots]
+                ),
+                Err(NnError::Length { .. })
+            ),
+            "{len} {s} {out} {dots}"
+        );
+    }
+    let huge = [usize::MAX, 3, 2];
+    assert!(matches!(
+        nn::scaled_and_dots(Isa::detect(), mul, &x, &x, &x[..3], huge, &mut y, &mut d),
+        Err(NnError::Length { .. })
+    ));
+}
+
+#[test]
 fn dropout_masks_are_bernoulli_and_repeatable() {
     let n = 1 << 20;
     for p in [0.0, 0.1, 0.5, 0.9, 1.0] {

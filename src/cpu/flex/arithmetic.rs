@@ -2,7 +2,8 @@
 //! `binary` and `scalar`): operands of one shape, or one repeated along the other's leading
 //! and trailing dimensions (a batch norm's `[1, C, 1, 1]` statistic, a bias's `[1, 1, W]`)
 //! read where it lies; and the sums a repeated operand's gradient needs, in one pass over
-//! the gradient (`unbroadcast`, and `block_dots` for the products of a `mul` or `div`).
+//! the gradient (`unbroadcast`, and `block_dots` for the products of a `mul` or `div`;
+//! `scaled_and_dots` where the other operand's gradient is wanted from the same pass).
 
 use burn::backend::Flex;
 use burn::backend::flex::FlexTensor;
@@ -233,6 +234,45 @@ pub(crate) fn block_dots(
             }
         })
     }))
+}
+
+/// `g op r` in `dtype` (`r` repeated over `g`'s shape, see [`kept_block`]) and, one per
+/// place of `r`, the sum over it of `g * x` (`x` of `g`'s shape), in one pass over `g`
+/// (`nn::scaled_and_dots`): the gradients of both operands of `x * r` or `x / r` at once.
+/// The bits of [`binary`] and of [`block_dots`]' sums; `None` where `block_dots` does not
+/// take the operands.
+pub(crate) fn scaled_and_dots(
+    isa: Isa,
+    op: BinaryOp,
+    g: &FlexTensor,
+    x: &FlexTensor,
+    r: &FlexTensor,
+    dtype: DType,
+) -> Option<(FlexTensor, Vec<f32>)> {
+    let full = g.layout().shape();
+    let blocks @ [outer, kept, inner] = kept_block(full, r.layout().shape())?;
+    let taken = x.layout().shape() == full
+        && g.dtype() == x.dtype()
+        && format(g.dtype()).is_some()
+        && format(r.dtype()).is_some();
+    if !taken || inner == 1 {
+        return None;
+    }
+    let (g, x, r) = (contiguous(g), contiguous(x), contiguous(r));
+    let mut dots = vec![0f32; outer * kept];
+    let scaled = new_tensor!(full.clone(), dtype, y => with_float!(g.dtype(), G => {
+        with_float!(r.dtype(), R => {
+            let (g, x, r) = (values::<G>(&g), values::<G>(&x), values::<R>(&r));
+            nn::scaled_and_dots(isa, op, g, x, r, blocks, y, &mut dots)
+                .expect("a kept block of the gradient's shape")
+        })
+    }));
+    // Summed over the leading dimensions in order, as `block_dots` sums.
+    let mut sums = vec![0f32; kept];
+    for run in dots.chunks_exact(kept) {
+        sums.iter_mut().zip(run).for_each(|(sum, dot)| *sum += dot);
+    }
+    Some((scaled, sums))
 }
 
 /// `a op s`, in `dtype`.

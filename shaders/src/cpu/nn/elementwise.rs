@@ -40,7 +40,7 @@ multiversion! {
 
 multiversion! {
     /// `a = a op s`.
-    fn scalar_f32(op: BinaryOp, a: &mut [f32], s: f32) {
+    pub(super) fn scalar_f32(op: BinaryOp, a: &mut [f32], s: f32) {
         match op {
             BinaryOp::Add => a.iter_mut().for_each(|a| *a += s),
             BinaryOp::Sub => a.iter_mut().for_each(|a| *a -= s),

@@ -31,6 +31,7 @@ mod layer_norm;
 mod mask;
 pub(crate) mod math;
 mod random;
+mod repeated;
 mod softmax;
 
 pub use activation::{gelu, gelu_backward, relu, relu_backward};
@@ -40,6 +41,7 @@ pub use elementwise::{
 pub use layer_norm::{LayerNormStats, layer_norm, layer_norm_backward};
 pub use mask::{MaskLayout, mask_fill};
 pub use random::{bernoulli, philox4x32_10, uniform};
+pub use repeated::scaled_and_dots;
 pub use softmax::{log_softmax, log_softmax_backward, softmax, softmax_backward};
 
 use super::Isa;

@@ -83,6 +83,14 @@ impl Backward<Flex, 2> for Binary {
             };
             flex_ops::unbroadcast(isa, g, sr, dr)
         };
+        if wants_lhs
+            && wants_rhs
+            && let Some([grad_lhs, grad_rhs]) = both(s, &g)
+        {
+            register(isa, grads, &ops, 0, grad_lhs);
+            register(isa, grads, &ops, 1, grad_rhs);
+            return;
+        }
         // Burn's `binary` step: the left operand's gradient first.
         if wants_lhs {
             let grad = left(g.clone());
@@ -93,6 +101,29 @@ impl Backward<Flex, 2> for Binary {
             register(isa, grads, &ops, 1, grad);
         }
     }
+}
+
+/// Both gradients of `lhs * rhs` or `lhs / rhs` with `rhs` repeated over `lhs` (a batch
+/// norm's scale or standard deviation) in one pass over `g`, with the bits of `left` and
+/// `right`'s two passes; `None` for other ops and layouts.
+fn both(s: &BinaryState, g: &FlexTensor) -> Option<[FlexTensor; 2]> {
+    let [sl, sr] = &s.shapes;
+    let full = g.layout().shape();
+    if !matches!(s.op, BinaryOp::Mul | BinaryOp::Div) || full != sl || full == sr {
+        return None;
+    }
+    let kept = "operands kept for mul and div";
+    let (lhs, rhs) = (s.lhs.as_ref().expect(kept), s.rhs.as_ref().expect(kept));
+    let (grad_lhs, mut sums) = flex_ops::scaled_and_dots(s.isa, s.op, g, lhs, rhs, s.dtypes[0])?;
+    if s.op == BinaryOp::Div {
+        // -g * lhs / rhs^2, as `right` forms it from the same sums.
+        let r = values_f32(s.isa, rhs);
+        sums.iter_mut()
+            .zip(&r)
+            .for_each(|(d, r)| *d = -(*d / r) / r);
+    }
+    let grad_rhs = flex_ops::from_sums(s.isa, &sums, sr, s.dtypes[1]);
+    Some([grad_lhs, grad_rhs])
 }
 
 /// Which operand a gradient is for.
