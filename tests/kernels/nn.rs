@@ -793,17 +793,22 @@ fn a_product_with_a_repeated_operand_gives_both_gradients_in_one_pass_with_the_b
     // `x * s` and `x / s` with `s [1, c, 1, 1]` (a batch norm's scale and standard
     // deviation): with both operands tracked, both gradients come from one pass over the
     // output's gradient; with one tracked, each from its own pass. The bits must agree, in
-    // every dtype and mixed policy, over runs longer than a block and tasks ending inside
-    // the channels.
+    // every dtype and policy, over runs longer than a block and tasks ending inside the
+    // channels. Under `float16` and `bfloat16` an f32 tensor made a variable
+    // (`require_grad`) takes the variable dtype, so tracking `s` would change its values:
+    // those policies run with 16-bit tensors only.
     let dims = [3, 7, 20, 41];
     let n: usize = dims.iter().product();
     let x: Vec<f32> = Lcg::new(31).vec(n, 3.0);
     let s: Vec<f32> = Lcg::new(32).vec(7, 1.0).iter().map(|v| v + 2.0).collect();
     let w = Lcg::new(33).vec(n, 1.0);
     let device = Default::default();
-    for policy in MIXED {
+    for &policy in Policy::NAMES {
         let parsed: Policy = policy.parse().unwrap();
         for dtype in [FloatDType::F32, FloatDType::BF16, FloatDType::F16] {
+            if dtype == FloatDType::F32 && parsed.variable_dtype() != FloatDType::F32 {
+                continue;
+            }
             for op in [2, 3] {
                 // [x's gradient, s's gradient] with x tracked, s tracked, or both.
                 let run = |track: [bool; 2]| {

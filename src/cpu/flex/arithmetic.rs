@@ -206,6 +206,18 @@ pub(crate) fn rounded_sum(isa: Isa, a: &FlexTensor, b: &FlexTensor) -> Option<Fl
     )
 }
 
+/// The `[outer, kept, inner]` blocks over which [`block_dots`] sums `g * x` for an operand
+/// of `shape` (see [`kept_block`]); `None` where its kernels do not take the operands (`x`
+/// not of `g`'s shape and dtype, a dtype they do not read, or values of `shape` innermost).
+/// [`scaled_and_dots`] matches `block_dots`' bits only where both take the same cases, so
+/// both ask this.
+fn dot_blocks(g: &FlexTensor, x: &FlexTensor, shape: &Shape) -> Option<[usize; 3]> {
+    let full = g.layout().shape();
+    let blocks = kept_block(full, shape)?;
+    let taken = x.layout().shape() == full && g.dtype() == x.dtype() && format(g.dtype()).is_some();
+    (taken && blocks[2] != 1).then_some(blocks)
+}
+
 /// The gradient of an operand of `shape` repeated to `g`'s shape in `g * x` (for `x` the
 /// other operand, of `g`'s shape and dtype): `sum(g * x)` over the places each of its
 /// values was repeated to, in f32, one pass over `g` and `x` without writing their
@@ -217,12 +229,7 @@ pub(crate) fn block_dots(
     x: &FlexTensor,
     shape: &Shape,
 ) -> Option<Vec<f32>> {
-    let full = g.layout().shape();
-    let blocks = kept_block(full, shape)?;
-    let taken = x.layout().shape() == full && g.dtype() == x.dtype() && format(g.dtype()).is_some();
-    if !taken || blocks[2] == 1 {
-        return None;
-    }
+    let blocks = dot_blocks(g, x, shape)?;
     let (g, x) = (contiguous(g), contiguous(x));
     Some(with_float!(g.dtype(), G => {
         let xs = values::<G>(&x);
@@ -250,14 +257,8 @@ pub(crate) fn scaled_and_dots(
     dtype: DType,
 ) -> Option<(FlexTensor, Vec<f32>)> {
     let full = g.layout().shape();
-    let blocks @ [outer, kept, inner] = kept_block(full, r.layout().shape())?;
-    let taken = x.layout().shape() == full
-        && g.dtype() == x.dtype()
-        && format(g.dtype()).is_some()
-        && format(r.dtype()).is_some();
-    if !taken || inner == 1 {
-        return None;
-    }
+    let blocks @ [outer, kept, _] = dot_blocks(g, x, r.layout().shape())?;
+    format(r.dtype())?;
     let (g, x, r) = (contiguous(g), contiguous(x), contiguous(r));
     let mut dots = vec![0f32; outer * kept];
     let scaled = new_tensor!(full.clone(), dtype, y => with_float!(g.dtype(), G => {

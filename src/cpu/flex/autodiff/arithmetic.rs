@@ -116,14 +116,19 @@ fn both(s: &BinaryState, g: &FlexTensor) -> Option<[FlexTensor; 2]> {
     let (lhs, rhs) = (s.lhs.as_ref().expect(kept), s.rhs.as_ref().expect(kept));
     let (grad_lhs, mut sums) = flex_ops::scaled_and_dots(s.isa, s.op, g, lhs, rhs, s.dtypes[0])?;
     if s.op == BinaryOp::Div {
-        // -g * lhs / rhs^2, as `right` forms it from the same sums.
-        let r = values_f32(s.isa, rhs);
-        sums.iter_mut()
-            .zip(&r)
-            .for_each(|(d, r)| *d = -(*d / r) / r);
+        quotient_sums(s.isa, &mut sums, rhs);
     }
     let grad_rhs = flex_ops::from_sums(s.isa, &sums, sr, s.dtypes[1]);
     Some([grad_lhs, grad_rhs])
+}
+
+/// The gradient of `rhs` in `lhs / rhs` from `sums`, each `sum(g * lhs)` over the places
+/// one value of `rhs` was repeated to: `-g * lhs / rhs^2`, as `-(sum / rhs) / rhs`.
+fn quotient_sums(isa: Isa, sums: &mut [f32], rhs: &FlexTensor) {
+    let r = values_f32(isa, rhs);
+    sums.iter_mut()
+        .zip(&r)
+        .for_each(|(d, r)| *d = -(*d / r) / r);
 }
 
 /// Which operand a gradient is for.
@@ -163,10 +168,7 @@ fn repeated(
         (BinaryOp::Mul, _) => flex_ops::block_dots(isa, g, other.expect(kept), shape)?,
         (BinaryOp::Div, Side::Right) => {
             let mut sums = flex_ops::block_dots(isa, g, other.expect(kept), shape)?;
-            let r = values_f32(isa, rhs.expect(kept));
-            sums.iter_mut()
-                .zip(&r)
-                .for_each(|(d, r)| *d = -(*d / r) / r);
+            quotient_sums(isa, &mut sums, rhs.expect(kept));
             sums
         }
         _ => return None,
