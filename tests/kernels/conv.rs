@@ -82,6 +82,76 @@ fn a_convolutions_batch_splits_across_threads_without_changing_its_results() {
     assert_close("bias gradient, 2 samples", &db, &one[3], 1e-5, 1.0);
 }
 
+/// Output, input, weight and bias gradients of a 1x1 convolution (`c -> o` channels) of
+/// `batch` samples of `h x w` under `policy`, its input in `dtype`, with zero `padding`: the
+/// gradient of the output's `h x w` interior by fixed values (zero on the padding's ring).
+fn one_by_one(
+    policy: &str,
+    batch: usize,
+    [h, w]: [usize; 2],
+    dtype: FloatDType,
+    padding: usize,
+) -> [Vec<f32>; 4] {
+    let (c, o) = (6, 5);
+    let x = Lcg::new(41).vec(batch * c * h * w, 2.0);
+    let weight = Lcg::new(42).vec(o * c, 0.3);
+    let bias = Lcg::new(43).vec(o, 0.5);
+    let dy = Lcg::new(44).vec(batch * o * h * w, 1.0);
+    with_policy(policy.parse::<Policy>().expect("a policy"), || {
+        let xt = tensor::<Ad, 4>(&x, [batch, c, h, w], dtype).require_grad();
+        let wt = tensor::<Ad, 4>(&weight, [o, c, 1, 1], FloatDType::F32).require_grad();
+        let bt = tensor::<Ad, 1>(&bias, [o], FloatDType::F32).require_grad();
+        let options = ConvOptions::new([1, 1], [padding, padding], [1, 1], 1);
+        let y = conv2d(xt.clone(), wt.clone(), Some(bt.clone()), options);
+        let p = padding;
+        let y = y.slice([0..batch, 0..o, p..p + h, p..p + w]);
+        let dy = TensorData::new(dy.clone(), [batch, o, h, w]);
+        let dy = Tensor::<Ad, 4>::from_data(dy, &Default::default());
+        let grads = (y.clone().cast(FloatDType::F32) * dy).sum().backward();
+        [
+            values(y),
+            values(xt.grad(&grads).expect("dx")),
+            values(wt.grad(&grads).expect("dw")),
+            values(bt.grad(&grads).expect("db")),
+        ]
+    })
+}
+
+#[test]
+fn a_pointwise_convolution_reads_its_input_as_columns_with_the_same_bits() {
+    // A 1x1 convolution at stride 1 without padding multiplies the input samples where
+    // they lie; with a padding of 1 the same weights run through `im2col`, and the output's
+    // interior is the same sums of the same rounded operands, so the same bits. Its input
+    // gradient too (the ring's output gradient is zero); the weight and bias gradients sum
+    // the ring's zeros in, so their value. Chunks of several samples (7x9) and of one
+    // (60x60); an f32 input rounded by the packing, and one already 16-bit.
+    let cases = [
+        ("mixed_bfloat16", FloatDType::F32),
+        ("mixed_bfloat16", FloatDType::BF16),
+        ("mixed_float16", FloatDType::F32),
+        ("mixed_float16", FloatDType::F16),
+        ("bfloat16", FloatDType::BF16),
+        ("float16", FloatDType::F16),
+    ];
+    for ((policy, dtype), size) in cases.iter().flat_map(|c| [(*c, [7, 9]), (*c, [60, 60])]) {
+        let on = format!("{policy}, {dtype:?} input, {size:?}");
+        let [y, dx, dw, db] = one_by_one(policy, 5, size, dtype, 0);
+        let want = one_by_one(policy, 5, size, dtype, 1);
+        assert_eq!(bits(&y), bits(&want[0]), "output, {on}");
+        assert_eq!(bits(&dx), bits(&want[1]), "input gradient, {on}");
+        let scale = want[2].iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert_close(
+            &format!("weight gradient, {on}"),
+            &dw,
+            &want[2],
+            1e-5,
+            scale,
+        );
+        let scale = want[3].iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert_close(&format!("bias gradient, {on}"), &db, &want[3], 1e-5, scale);
+    }
+}
+
 /// Output, input, weight and bias gradients of a transposed convolution (2-d, or 1-d where
 /// `size[0]` is 0) under `policy`, and the operands burn-amp's kernels rounded while packing.
 fn transposed(
@@ -179,7 +249,7 @@ fn transposed_convolutions_run_on_the_gemm_and_match_flex() {
         ConvTransposeOptions::new(stride, padding, padding_out, dilation, groups)
     };
     // (what, [in, out] channels, size ([0, w]: 1-d), kernel, options, taken by burn-amp)
-    let cases: [Case; 7] = [
+    let cases: [Case; 8] = [
         // A 2x2 upsampling of stride 2 (a U-Net's): every output position one tap.
         (
             "k2 s2",
@@ -221,6 +291,15 @@ fn transposed_convolutions_run_on_the_gemm_and_match_flex() {
             [3, 4],
             1,
             o([3, 3], [0, 0], [2, 1], [1, 1], 1),
+            true,
+        ),
+        // A pointwise 1x1 at stride 1: the output gradient's columns are itself.
+        (
+            "k1 s1",
+            [6, 4],
+            [5, 7],
+            1,
+            o([1, 1], [0, 0], [0, 0], [1, 1], 1),
             true,
         ),
         // 1-d, and groups (handed to Flex).

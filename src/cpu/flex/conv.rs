@@ -1,5 +1,6 @@
 //! 1-d and 2-d convolutions (one group) on Flex through the CPU GEMM: `im2col` of a chunk
-//! of the batch in the compute format, `weight x cols` with the bias added to the f32
+//! of the batch in the compute format (a pointwise convolution's input samples are their
+//! own columns, read where they lie), `weight x cols` with the bias added to the f32
 //! sums (the weight packed for the GEMM once per call), the result in the dtype asked for;
 //! and the gradients, each in its operand's dtype (an f32 weight's summed over the batch in
 //! f32, written in f32; the input's a product per phase of the stride, from the output
@@ -255,6 +256,17 @@ impl ConvPlan {
             self.out_channels,
         );
         let count = samples.len();
+        if self.shape.is_pointwise() {
+            // A sample of the input is its own columns: each product reads it where it
+            // lies (the packing rounds it as `im2col` would) and writes its output.
+            for (i, sample) in samples.enumerate() {
+                let x = MatRef::row_major(&x[sample * k * l..][..k * l], k, l)
+                    .expect("a sample of patch x positions");
+                gemm::gemm_packed_on(threads, weight, x, bias, &mut dst[i * oc * l..][..oc * l])
+                    .expect("shapes checked by the plan");
+            }
+            return;
+        }
         let cols = self.columns(kernel.isa(), x, samples, grown::<F>(cols, k * count * l));
         // One sample's product is its output ([out, positions]); several are [out,
         // samples, positions], permuted into [samples, out, positions].
@@ -558,7 +570,11 @@ impl ConvPlan {
                 let (product, tail) = core::mem::take(&mut rest).split_at_mut(c * width);
                 rest = tail;
                 let depth = phase.depth(oc);
-                if depth > 0 {
+                if self.shape.is_pointwise() {
+                    // The one phase's columns are the chunk's output gradient itself.
+                    gemm::gemm_packed_on::<_, f32, _>(threads, wt, gm, None, product)
+                        .expect("channels x positions");
+                } else if depth > 0 {
                     let cols = grown::<F>(cols_buf, depth * width);
                     phase
                         .columns(isa, &self.shape, oc, dy_all, samples.clone(), cols)

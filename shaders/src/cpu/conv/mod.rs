@@ -148,6 +148,12 @@ impl ConvShape {
         self.out_size().map_or(0, |[h, w]| h * w)
     }
 
+    /// Whether the convolution is pointwise: a 1x1 kernel at stride 1 without padding,
+    /// whose columns are the input sample itself (`[channels, positions]`).
+    pub fn is_pointwise(&self) -> bool {
+        self.kernel == [1, 1] && self.stride == [1, 1] && self.padding == [0, 0]
+    }
+
     /// Values of one patch (a column): `channels * kh * kw`.
     pub fn patch(&self) -> usize {
         self.channels * self.kernel[0] * self.kernel[1]
