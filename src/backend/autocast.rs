@@ -250,7 +250,7 @@ pub(crate) fn conv<B: Backend>(
     }
 }
 
-fn is_reduced(dtype: FloatDType) -> bool {
+pub(crate) fn is_reduced(dtype: FloatDType) -> bool {
     matches!(dtype, FloatDType::F16 | FloatDType::BF16)
 }
 

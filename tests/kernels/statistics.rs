@@ -97,6 +97,23 @@ fn squares_and_means_of_f32_tensors_run_on_the_kernels_with_flex_bits() {
                 profile.entries().any(|e| e.op == "mean_dim (backward)"),
                 "{what}: burn-amp's op ran: {profile}"
             );
+            // A 16-bit input: the bits of its cast to f32 and Flex's mean there, with no
+            // cast node (its gradient comes back in its dtype from the mean's pass).
+            for dtype in [FloatDType::BF16, FloatDType::F16] {
+                let what = format!("mean over {dim} of {dtype:?} ({policy})");
+                let (got, want, profile) = both(
+                    policy,
+                    (&x, dims, dtype),
+                    &w,
+                    |x| x.mean_dim(dim),
+                    |x| x.cast(FloatDType::F32).mean_dim(dim),
+                );
+                assert_eq!(got, want, "{what}: Flex's bits, values and gradient");
+                assert!(
+                    !profile.entries().any(|e| e.op == "cast (backward)"),
+                    "{what}: no cast: {profile}"
+                );
+            }
         }
     }
 }
@@ -104,7 +121,8 @@ fn squares_and_means_of_f32_tensors_run_on_the_kernels_with_flex_bits() {
 #[test]
 fn a_16_bit_activation_read_by_several_f32_ops_sums_its_gradients_with_flex_bits() {
     // A batch norm's input: cast to f32 for each statistic and for the normalization, each
-    // cast's gradient rounded back to the input's dtype, the three added there. The sums run
+    // cast's gradient rounded back to the input's dtype, the three added there (the mean's
+    // cast is its own: it reads the 16-bit rows and writes their gradient in their dtype). The sums run
     // on burn-amp's kernel, each value added in f32 and rounded once, as Flex adds them.
     let dims = [2, 8, 4, 4];
     let n: usize = dims.iter().product();
@@ -116,7 +134,7 @@ fn a_16_bit_activation_read_by_several_f32_ops_sums_its_gradients_with_flex_bits
         for dtype in [FloatDType::BF16, FloatDType::F16] {
             let what = format!("{dtype:?} ({policy})");
             let stat = |v: &[f32]| TensorData::new(v.to_vec(), [1, 8, 1, 1]);
-            let (got, want, _) = both(
+            let (got, want, profile) = both(
                 policy,
                 (&x, dims, dtype),
                 &w,
@@ -137,6 +155,13 @@ fn a_16_bit_activation_read_by_several_f32_ops_sums_its_gradients_with_flex_bits
                 },
             );
             assert_eq!(got, want, "{what}: Flex's bits, values and gradient");
+            // The mean widens its 16-bit input itself: casts only for the two differences.
+            let calls = |op: &str| -> u64 {
+                let entries = profile.entries().filter(|e| e.op == op);
+                entries.map(|e| e.calls).sum()
+            };
+            assert_eq!(calls("cast (backward)"), 2, "{what}: {profile}");
+            assert_eq!(calls("mean_dim (backward)"), 1, "{what}: {profile}");
         }
     }
 }

@@ -6,7 +6,7 @@ use burn_tensor::ops::{
     BoolTensor, Device, FloatTensor, FloatTensorOps, GridSampleOptions, IntTensor,
 };
 use burn_tensor::{
-    BoolDType, Distribution, FloatDType, IndexingUpdateOp, IntDType, Scalar, Shape, Slice,
+    BoolDType, DType, Distribution, FloatDType, IndexingUpdateOp, IntDType, Scalar, Shape, Slice,
     TensorData, TensorMetadata,
 };
 
@@ -306,11 +306,28 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
 
     /// Float32 class; on burn-amp's kernels where the policy routes, its gradient written
     /// in one pass (the backend's default makes a tensor of ones, scales it and multiplies
-    /// it by the broadcast gradient).
+    /// it by the broadcast gradient). There a 16-bit input is widened as the mean reads it,
+    /// and its gradient comes back in its dtype: the bits of the cast and the f32 mean,
+    /// without the cast's f32 gradient the size of the input.
     fn float_mean_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         let op = context::of::<B>(&tensor);
+        let (tensor, timed) = match op.routed_ops() {
+            Some(ops) if autocast::is_reduced(autocast::dtype::<B>(&tensor)) => {
+                let (from, n) = (tensor.dtype(), tensor.shape().num_elements());
+                let timed = MEAN_DIM.record(Some(DType::F32));
+                match (ops.mean_dim)(ops.isa, tensor, dim) {
+                    Routed::Ran(out) => {
+                        // Counted as the cast it stands for.
+                        crate::cost::cast(from, DType::F32, n);
+                        return out;
+                    }
+                    Routed::Declined(tensor) => (tensor, Some(timed)),
+                }
+            }
+            _ => (tensor, None),
+        };
         let [tensor] = autocast::to_f32::<B, 1>([tensor], &op);
-        let _op = MEAN_DIM.record(Some(tensor.dtype()));
+        let _op = timed.unwrap_or_else(|| MEAN_DIM.record(Some(tensor.dtype())));
         let tensor = match op.routed_ops() {
             Some(ops) => match (ops.mean_dim)(ops.isa, tensor, dim) {
                 Routed::Ran(out) => return out,

@@ -3,7 +3,10 @@
 //! Burn's defaults write several tensors of the input's size in the backward pass — the
 //! square is a product of the tensor with itself, two gradients summed; the mean's gradient
 //! is a tensor of ones, scaled, then multiplied by the broadcast gradient. Here each is one
-//! pass that writes its result once, with the same IEEE operations, so the same bits.
+//! pass that writes its result once, with the same IEEE operations, so the same bits. The
+//! mean of a 16-bit tensor (a batch norm's input) widens it for Flex's f32 mean and writes
+//! its gradient in the input's dtype: the bits of a cast to f32 and the mean, without the
+//! cast's f32 gradient the size of the input.
 
 use burn::backend::Autodiff;
 use burn::backend::Flex;
@@ -14,11 +17,12 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::nn::BinaryOp;
-use burn_tensor::Shape;
 use burn_tensor::ops::{FloatTensor, FloatTensorOps};
+use burn_tensor::{DType, FloatDType, Shape};
 
 use super::super::super::Routed;
 use super::super::arithmetic as flex_ops;
+use super::super::cast::cast;
 use super::super::layout::contiguous;
 use super::register::unary;
 
@@ -69,31 +73,38 @@ pub(crate) fn square<C: CheckpointStrategy>(
 struct MeanDim;
 
 impl Backward<Flex, 1> for MeanDim {
-    /// The CPU's instruction set, the input's shape, the dimension.
-    type State = (Isa, Shape, usize);
+    /// The CPU's instruction set, the input's shape and dtype, the dimension.
+    type State = (Isa, Shape, DType, usize);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let _time = crate::cost::timed("mean_dim (backward)", None);
-        let (isa, shape, dim) = &ops.state;
-        // Burn's: `(1 / n)` as an f32 times each gradient value, repeated along `dim`.
+        let (isa, shape, dtype, dim) = &ops.state;
+        // Burn's: `(1 / n)` as an f32 times each gradient value, repeated along `dim`;
+        // rounded to a 16-bit input's dtype before the repeat (a cast's gradient rounds
+        // each repeated value alike).
         let inverse = (1.0 / shape[*dim] as f64) as f32;
         unary(*isa, &ops, grads, |g| {
-            let scaled = flex_ops::scalar(*isa, BinaryOp::Mul, &g, inverse, g.dtype());
+            let scaled = flex_ops::scalar(*isa, BinaryOp::Mul, &g, inverse, *dtype);
             contiguous(&Flex::float_expand(scaled, shape.clone()))
         });
     }
 }
 
-/// The mean of an f32 tensor over `dim` (Flex's), its gradient written in one pass; `x`
-/// back when the kernels do not take it.
+/// The mean over `dim` of an f32 tensor (Flex's), or of a 16-bit one widened to f32 as it
+/// is read, in f32, its gradient written in one pass in the input's dtype; `x` back when the
+/// kernels do not take it.
 pub(crate) fn mean_dim<C: CheckpointStrategy>(
     isa: Isa,
     x: Tensor<C>,
     dim: usize,
 ) -> Routed<Tensor<C>, Tensor<C>> {
-    if !flex_ops::takes_f32(&x.primitive) || dim >= x.primitive.layout().shape().num_dims() {
+    let dtype = x.primitive.dtype();
+    let wide = matches!(dtype, DType::BF16 | DType::F16);
+    let takes = wide || flex_ops::takes_f32(&x.primitive);
+    if !takes || dim >= x.primitive.layout().shape().num_dims() {
         return Routed::Declined(x);
     }
+    let mean = |x: FlexTensor| Flex::float_mean_dim(cast(isa, x, FloatDType::F32), dim);
     Routed::Ran(
         match MeanDim
             .prepare::<C>([x.node.clone()])
@@ -102,9 +113,9 @@ pub(crate) fn mean_dim<C: CheckpointStrategy>(
         {
             OpsKind::Tracked(prep) => {
                 let shape = x.primitive.layout().shape().clone();
-                prep.finish((isa, shape, dim), Flex::float_mean_dim(x.primitive, dim))
+                prep.finish((isa, shape, dtype, dim), mean(x.primitive))
             }
-            OpsKind::UnTracked(prep) => prep.finish(Flex::float_mean_dim(x.primitive, dim)),
+            OpsKind::UnTracked(prep) => prep.finish(mean(x.primitive)),
         },
     )
 }
