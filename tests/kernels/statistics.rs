@@ -122,8 +122,9 @@ fn squares_and_means_of_f32_tensors_run_on_the_kernels_with_flex_bits() {
 fn a_16_bit_activation_read_by_several_f32_ops_sums_its_gradients_with_flex_bits() {
     // A batch norm's input: cast to f32 for each statistic and for the normalization, each
     // cast's gradient rounded back to the input's dtype, the three added there (the mean's
-    // cast is its own: it reads the 16-bit rows and writes their gradient in their dtype). The sums run
-    // on burn-amp's kernel, each value added in f32 and rounded once, as Flex adds them.
+    // cast is its own: it reads the 16-bit rows and writes their gradient in their dtype).
+    // The sums run on burn-amp's kernel, each value added in f32 and rounded once, as Flex
+    // adds them.
     let dims = [2, 8, 4, 4];
     let n: usize = dims.iter().product();
     let x = Lcg::new(41).vec(n, 3.0);

@@ -311,30 +311,28 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     /// without the cast's f32 gradient the size of the input.
     fn float_mean_dim(tensor: FloatTensor<Self>, dim: usize) -> FloatTensor<Self> {
         let op = context::of::<B>(&tensor);
+        // The routed op takes the tensor as it is: a 16-bit one it widens itself, counted
+        // as the cast it stands for.
         let (tensor, timed) = match op.routed_ops() {
-            Some(ops) if autocast::is_reduced(autocast::dtype::<B>(&tensor)) => {
-                let (from, n) = (tensor.dtype(), tensor.shape().num_elements());
-                let timed = MEAN_DIM.record(Some(DType::F32));
+            Some(ops) => {
+                let widened = autocast::is_reduced(autocast::dtype::<B>(&tensor))
+                    .then(|| (tensor.dtype(), tensor.shape().num_elements()));
+                let runs_in = widened.map_or(tensor.dtype(), |_| DType::F32);
+                let timed = MEAN_DIM.record(Some(runs_in));
                 match (ops.mean_dim)(ops.isa, tensor, dim) {
                     Routed::Ran(out) => {
-                        // Counted as the cast it stands for.
-                        crate::cost::cast(from, DType::F32, n);
+                        if let Some((from, n)) = widened {
+                            crate::cost::cast(from, DType::F32, n);
+                        }
                         return out;
                     }
                     Routed::Declined(tensor) => (tensor, Some(timed)),
                 }
             }
-            _ => (tensor, None),
+            None => (tensor, None),
         };
         let [tensor] = autocast::to_f32::<B, 1>([tensor], &op);
         let _op = timed.unwrap_or_else(|| MEAN_DIM.record(Some(tensor.dtype())));
-        let tensor = match op.routed_ops() {
-            Some(ops) => match (ops.mean_dim)(ops.isa, tensor, dim) {
-                Routed::Ran(out) => return out,
-                Routed::Declined(tensor) => tensor,
-            },
-            None => tensor,
-        };
         B::float_mean_dim(tensor, dim)
     }
 
