@@ -95,14 +95,34 @@ pub(crate) fn arithmetic<B: Backend>(
     inner: fn(FloatTensor<B>, FloatTensor<B>) -> FloatTensor<B>,
 ) -> FloatTensor<B> {
     let context = context::of::<B>(&lhs);
+    let routed = context.routed_ops();
+    // A 16-bit operand added to or subtracted from an f32 one (a batch norm's `x - mean`):
+    // the routed op reads it widened where it lies, its gradient going back through a
+    // cast's node, in place of an f32 copy (counted as the cast it stands for).
+    let narrow = widened_operand(op, [dtype::<B>(&lhs), dtype::<B>(&rhs)]);
+    let (lhs, rhs, timed) = match (narrow, routed) {
+        (Some(narrow), Some(ops)) => {
+            let timed = row.record(Some(DType::F32));
+            let from = [&lhs, &rhs][narrow];
+            let (from, n) = (from.dtype(), from.shape().num_elements());
+            match (ops.binary)(ops.isa, op, lhs, rhs) {
+                Routed::Ran(out) => {
+                    cost::cast(from, DType::F32, n);
+                    return out;
+                }
+                Routed::Declined([lhs, rhs]) => (lhs, rhs, Some(timed)),
+            }
+        }
+        _ => (lhs, rhs, None),
+    };
     let [lhs, rhs] = to_widest::<B, 2>([lhs, rhs], &context);
     let runs_in = lhs.dtype();
-    let _op = row.record(Some(runs_in));
+    let _op = timed.unwrap_or_else(|| row.record(Some(runs_in)));
     // f32 operands of two shapes too (a batch norm's `x - mean`): the backend's broadcast
     // path runs value by value. The IEEE operation gives the same bits either way.
     let broadcast = lhs.shape() != rhs.shape();
     if (is_reduced(runs_in.into()) || (broadcast && runs_in == DType::F32))
-        && let Some(ops) = context.routed_ops()
+        && let Some(ops) = routed
     {
         return match (ops.binary)(ops.isa, op, lhs, rhs) {
             Routed::Ran(out) => out,
@@ -110,6 +130,19 @@ pub(crate) fn arithmetic<B: Backend>(
         };
     }
     inner(lhs, rhs)
+}
+
+/// Which operand of an `add` or `sub` of a 16-bit and an f32 tensor is the 16-bit one
+/// (0 or 1); `None` for other ops and dtypes.
+fn widened_operand(op: BinaryOp, [lhs, rhs]: [FloatDType; 2]) -> Option<usize> {
+    if !matches!(op, BinaryOp::Add | BinaryOp::Sub) {
+        return None;
+    }
+    match (is_reduced(lhs), is_reduced(rhs)) {
+        (true, false) if rhs == FloatDType::F32 => Some(0),
+        (false, true) if lhs == FloatDType::F32 => Some(1),
+        _ => None,
+    }
 }
 
 /// An arithmetic op with a scalar (`float_mul_scalar`, ...): forwarded, except that a 16-bit

@@ -3,7 +3,7 @@
 //! matmuls and linears (`matmul`) and convolutions plain or transposed (`conv`), direct
 //! depthwise convolutions (`depthwise`; `convolution` picks the kernel), max pooling
 //! (`max_pool`) and global average pooling (`avg_pool`), the ops around them (`nn`,
-//! `arithmetic`), FP8 fake quantization (`fp8`), copies of views
+//! `arithmetic`, `mean`), FP8 fake quantization (`fp8`), copies of views
 //! (`layout`), as plain ops of `Flex` and as differentiable ops of `Autodiff<Flex>`
 //! (`autodiff`). The decorator reaches them through the table of `crate::cpu`.
 
@@ -21,6 +21,7 @@ pub(crate) mod fp8;
 mod layout;
 mod matmul;
 mod max_pool;
+mod mean;
 mod nn;
 mod optim;
 mod pool;

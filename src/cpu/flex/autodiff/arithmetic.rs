@@ -19,6 +19,7 @@ use super::super::super::Routed;
 use super::super::arithmetic as flex_ops;
 use super::super::nn::takes;
 use super::super::tensor::values_f32;
+use super::products::widened;
 use super::register::{register, unary};
 
 type Tensor<C> = FloatTensor<Autodiff<Flex, C>>;
@@ -194,12 +195,13 @@ pub(crate) fn binary<C: CheckpointStrategy>(
     lhs: Tensor<C>,
     rhs: Tensor<C>,
 ) -> Routed<Tensor<C>, [Tensor<C>; 2]> {
-    if !flex_ops::takes_binary(&lhs.primitive, &rhs.primitive)
-        || lhs.primitive.dtype() != rhs.primitive.dtype()
-    {
+    if !flex_ops::takes_binary(&lhs.primitive, &rhs.primitive) {
         return Routed::Declined([lhs, rhs]);
     }
     let dtype = lhs.primitive.dtype();
+    if rhs.primitive.dtype() != dtype {
+        return widened_sum::<C>(isa, op, lhs, rhs);
+    }
     let forward = || flex_ops::binary(isa, op, &lhs.primitive, &rhs.primitive, dtype);
     let reads = matches!(op, BinaryOp::Mul | BinaryOp::Div);
     Routed::Ran(
@@ -215,6 +217,49 @@ pub(crate) fn binary<C: CheckpointStrategy>(
                     lhs: (reads && rhs.is_tracked()).then(|| lhs.primitive.clone()),
                     rhs: reads.then(|| rhs.primitive.clone()),
                     dtypes: [dtype, dtype],
+                    shapes: [
+                        lhs.primitive.layout().shape().clone(),
+                        rhs.primitive.layout().shape().clone(),
+                    ],
+                };
+                prep.finish(state, forward())
+            }
+            OpsKind::UnTracked(prep) => prep.finish(forward()),
+        },
+    )
+}
+
+/// `lhs + rhs` or `lhs - rhs` of a 16-bit and an f32 tensor, in f32: the 16-bit one read
+/// widened where it lies, under a cast's node ([`widened`]), the bits of its cast and the
+/// op; other ops and dtypes back.
+fn widened_sum<C: CheckpointStrategy>(
+    isa: Isa,
+    op: BinaryOp,
+    lhs: Tensor<C>,
+    rhs: Tensor<C>,
+) -> Routed<Tensor<C>, [Tensor<C>; 2]> {
+    let narrow = |t: &Tensor<C>| matches!(t.primitive.dtype(), DType::BF16 | DType::F16);
+    let wide = |t: &Tensor<C>| t.primitive.dtype() == DType::F32;
+    let mixed = (narrow(&lhs) && wide(&rhs)) || (wide(&lhs) && narrow(&rhs));
+    if !matches!(op, BinaryOp::Add | BinaryOp::Sub) || !mixed {
+        return Routed::Declined([lhs, rhs]);
+    }
+    let [lhs, rhs] = [lhs, rhs].map(|t| if narrow(&t) { widened::<C>(isa, t) } else { t });
+    let forward = || flex_ops::binary(isa, op, &lhs.primitive, &rhs.primitive, DType::F32);
+    Routed::Ran(
+        match Binary
+            .prepare::<C>([lhs.node.clone(), rhs.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                // Add and sub keep no operand; both gradients are f32, as the cast's is.
+                let state = BinaryState {
+                    isa,
+                    op,
+                    lhs: None,
+                    rhs: None,
+                    dtypes: [DType::F32; 2],
                     shapes: [
                         lhs.primitive.layout().shape().clone(),
                         rhs.primitive.layout().shape().clone(),
@@ -270,4 +315,66 @@ pub(crate) fn scalar<C: CheckpointStrategy>(
             OpsKind::UnTracked(prep) => prep.finish(forward()),
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+    use burn_tensor::ops::FloatTensorOps;
+    use burn_tensor::{FloatDType, TensorData};
+
+    use super::super::super::cast::cast;
+    use super::*;
+
+    type Ad = Autodiff<Flex>;
+
+    fn tensor(values: &[f32], shape: [usize; 2], dtype: DType) -> Tensor<NoCheckpointing> {
+        let data = TensorData::new(values.to_vec(), shape).convert_dtype(dtype);
+        Ad::float_from_data(data, &Default::default())
+    }
+
+    fn bits(t: FlexTensor) -> Vec<u32> {
+        t.into_data()
+            .convert::<f32>()
+            .iter::<f32>()
+            .map(f32::to_bits)
+            .collect()
+    }
+
+    #[test]
+    fn a_16_bit_operand_of_add_or_sub_beside_an_f32_one_is_read_widened() {
+        let isa = Isa::detect();
+        let values: Vec<f32> = (0..12).map(|i| i as f32 * 0.3 - 1.7).collect();
+        let means = [0.25f32, -1.5, 3.0 + 1.0 / 1024.0];
+        for dtype in [DType::BF16, DType::F16] {
+            let x = tensor(&values, [4, 3], dtype);
+            let m = tensor(&means, [1, 3], DType::F32);
+            let wide = cast(isa, x.primitive.clone(), FloatDType::F32);
+            for (op, flex) in [
+                (BinaryOp::Add, Flex::float_add as fn(_, _) -> _),
+                (BinaryOp::Sub, Flex::float_sub),
+            ] {
+                let want = bits(flex(wide.clone(), m.primitive.clone()));
+                for (lhs, rhs, want) in [
+                    (x.clone(), m.clone(), want.clone()),
+                    (
+                        m.clone(),
+                        x.clone(),
+                        bits(flex(m.primitive.clone(), wide.clone())),
+                    ),
+                ] {
+                    match binary::<NoCheckpointing>(isa, op, lhs, rhs) {
+                        Routed::Ran(y) => {
+                            assert_eq!(y.primitive.dtype(), DType::F32);
+                            assert_eq!(bits(y.primitive), want, "{op:?} {dtype:?}");
+                        }
+                        Routed::Declined(_) => panic!("{op:?} of {dtype:?} and f32 declined"),
+                    }
+                }
+            }
+            // A product keeps its operands for its gradient: the policy's casts come first.
+            let declined = binary::<NoCheckpointing>(isa, BinaryOp::Mul, x, m);
+            assert!(matches!(declined, Routed::Declined(_)), "{dtype:?}");
+        }
+    }
 }

@@ -79,6 +79,24 @@ pub(crate) fn cast<C: CheckpointStrategy>(
     }
 }
 
+/// A 16-bit `tensor` standing for its cast to f32 in an op that widens its values as it
+/// reads them: the same tensor, not a copy, under a cast's node (at the depth the cast's
+/// would have, so gradients are summed in the same order), its f32 gradient going back
+/// rounded to the input's dtype as a cast's does. Only such an op may take it.
+pub(crate) fn widened<C: CheckpointStrategy>(isa: Isa, tensor: Tensor<C>) -> Tensor<C> {
+    match Cast
+        .prepare::<C>([tensor.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let input = FloatDType::from(tensor.primitive.dtype());
+            prep.finish((isa, input), tensor.primitive)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(tensor.primitive),
+    }
+}
+
 #[derive(Debug)]
 struct Matmul;
 

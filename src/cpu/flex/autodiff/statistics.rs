@@ -18,11 +18,10 @@ use burn::backend::flex::FlexTensor;
 use burn_amp_kernels::cpu::Isa;
 use burn_amp_kernels::cpu::nn::BinaryOp;
 use burn_tensor::ops::{FloatTensor, FloatTensorOps};
-use burn_tensor::{DType, FloatDType, Shape};
+use burn_tensor::{DType, Shape};
 
 use super::super::super::Routed;
 use super::super::arithmetic as flex_ops;
-use super::super::cast::cast;
 use super::super::layout::contiguous;
 use super::register::unary;
 
@@ -104,7 +103,7 @@ pub(crate) fn mean_dim<C: CheckpointStrategy>(
     if !takes || dim >= x.primitive.layout().shape().num_dims() {
         return Routed::Declined(x);
     }
-    let mean = |x: FlexTensor| Flex::float_mean_dim(cast(isa, x, FloatDType::F32), dim);
+    let mean = |x: FlexTensor| super::super::mean::mean_dim(isa, x, dim);
     Routed::Ran(
         match MeanDim
             .prepare::<C>([x.node.clone()])
