@@ -202,31 +202,7 @@ pub(crate) fn binary<C: CheckpointStrategy>(
     if rhs.primitive.dtype() != dtype {
         return widened_sum::<C>(isa, op, lhs, rhs);
     }
-    let forward = || flex_ops::binary(isa, op, &lhs.primitive, &rhs.primitive, dtype);
-    let reads = matches!(op, BinaryOp::Mul | BinaryOp::Div);
-    Routed::Ran(
-        match Binary
-            .prepare::<C>([lhs.node.clone(), rhs.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => {
-                let state = BinaryState {
-                    isa,
-                    op,
-                    lhs: (reads && rhs.is_tracked()).then(|| lhs.primitive.clone()),
-                    rhs: reads.then(|| rhs.primitive.clone()),
-                    dtypes: [dtype, dtype],
-                    shapes: [
-                        lhs.primitive.layout().shape().clone(),
-                        rhs.primitive.layout().shape().clone(),
-                    ],
-                };
-                prep.finish(state, forward())
-            }
-            OpsKind::UnTracked(prep) => prep.finish(forward()),
-        },
-    )
+    Routed::Ran(node::<C>(isa, op, [lhs, rhs], dtype))
 }
 
 /// `lhs + rhs` or `lhs - rhs` of a 16-bit and an f32 tensor, in f32: the 16-bit one read
@@ -244,32 +220,42 @@ fn widened_sum<C: CheckpointStrategy>(
     if !matches!(op, BinaryOp::Add | BinaryOp::Sub) || !mixed {
         return Routed::Declined([lhs, rhs]);
     }
-    let [lhs, rhs] = [lhs, rhs].map(|t| if narrow(&t) { widened::<C>(isa, t) } else { t });
-    let forward = || flex_ops::binary(isa, op, &lhs.primitive, &rhs.primitive, DType::F32);
-    Routed::Ran(
-        match Binary
-            .prepare::<C>([lhs.node.clone(), rhs.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => {
-                // Add and sub keep no operand; both gradients are f32, as the cast's is.
-                let state = BinaryState {
-                    isa,
-                    op,
-                    lhs: None,
-                    rhs: None,
-                    dtypes: [DType::F32; 2],
-                    shapes: [
-                        lhs.primitive.layout().shape().clone(),
-                        rhs.primitive.layout().shape().clone(),
-                    ],
-                };
-                prep.finish(state, forward())
-            }
-            OpsKind::UnTracked(prep) => prep.finish(forward()),
-        },
-    )
+    // Both gradients are f32, the cast's node rounding its own; add and sub keep no operand.
+    let operands = [lhs, rhs].map(|t| if narrow(&t) { widened::<C>(isa, t) } else { t });
+    Routed::Ran(node::<C>(isa, op, operands, DType::F32))
+}
+
+/// The node of `lhs op rhs`, computed in `dtype` (the output's and both gradients'), the
+/// operands a product or quotient's gradients read kept for its backward pass.
+fn node<C: CheckpointStrategy>(
+    isa: Isa,
+    op: BinaryOp,
+    [lhs, rhs]: [Tensor<C>; 2],
+    dtype: DType,
+) -> Tensor<C> {
+    let forward = || flex_ops::binary(isa, op, &lhs.primitive, &rhs.primitive, dtype);
+    let reads = matches!(op, BinaryOp::Mul | BinaryOp::Div);
+    match Binary
+        .prepare::<C>([lhs.node.clone(), rhs.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let state = BinaryState {
+                isa,
+                op,
+                lhs: (reads && rhs.is_tracked()).then(|| lhs.primitive.clone()),
+                rhs: reads.then(|| rhs.primitive.clone()),
+                dtypes: [dtype, dtype],
+                shapes: [
+                    lhs.primitive.layout().shape().clone(),
+                    rhs.primitive.layout().shape().clone(),
+                ],
+            };
+            prep.finish(state, forward())
+        }
+        OpsKind::UnTracked(prep) => prep.finish(forward()),
+    }
 }
 
 #[derive(Debug)]

@@ -66,17 +66,7 @@ pub(crate) fn cast<C: CheckpointStrategy>(
     tensor: Tensor<C>,
     dtype: FloatDType,
 ) -> Tensor<C> {
-    match Cast
-        .prepare::<C>([tensor.node.clone()])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => {
-            let input = FloatDType::from(tensor.primitive.dtype());
-            prep.finish((isa, input), flex_cast(isa, tensor.primitive, dtype))
-        }
-        OpsKind::UnTracked(prep) => prep.finish(flex_cast(isa, tensor.primitive, dtype)),
-    }
+    cast_node::<C>(isa, tensor, |t| flex_cast(isa, t, dtype))
 }
 
 /// A 16-bit `tensor` standing for its cast to f32 in an op that widens its values as it
@@ -84,6 +74,15 @@ pub(crate) fn cast<C: CheckpointStrategy>(
 /// would have, so gradients are summed in the same order), its f32 gradient going back
 /// rounded to the input's dtype as a cast's does. Only such an op may take it.
 pub(crate) fn widened<C: CheckpointStrategy>(isa: Isa, tensor: Tensor<C>) -> Tensor<C> {
+    cast_node::<C>(isa, tensor, |t| t)
+}
+
+/// A cast's node over `tensor`, its output `output(tensor)`.
+fn cast_node<C: CheckpointStrategy>(
+    isa: Isa,
+    tensor: Tensor<C>,
+    output: impl FnOnce(FlexTensor) -> FlexTensor,
+) -> Tensor<C> {
     match Cast
         .prepare::<C>([tensor.node.clone()])
         .compute_bound()
@@ -91,9 +90,9 @@ pub(crate) fn widened<C: CheckpointStrategy>(isa: Isa, tensor: Tensor<C>) -> Ten
     {
         OpsKind::Tracked(prep) => {
             let input = FloatDType::from(tensor.primitive.dtype());
-            prep.finish((isa, input), tensor.primitive)
+            prep.finish((isa, input), output(tensor.primitive))
         }
-        OpsKind::UnTracked(prep) => prep.finish(tensor.primitive),
+        OpsKind::UnTracked(prep) => prep.finish(output(tensor.primitive)),
     }
 }
 
