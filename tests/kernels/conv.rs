@@ -30,19 +30,53 @@ fn run(policy: &str, threads: usize, batch: usize, size: usize) -> [Vec<f32>; 4]
             let wt = tensor::<Ad, 4>(&weight, [o, c, 3, 3], FloatDType::F32).require_grad();
             let bt = tensor::<Ad, 1>(&bias, [o], FloatDType::F32).require_grad();
             let options = ConvOptions::new([2, 2], [1, 1], [1, 1], 1);
-            let y = conv2d(xt.clone(), wt.clone(), Some(bt.clone()), options);
-            let dims = y.dims();
-            let dy = TensorData::new(Lcg::new(24).vec(dims.iter().product(), 1.0), dims);
-            let dy = Tensor::<Ad, 4>::from_data(dy, &Default::default());
-            let grads = (y.clone().cast(FloatDType::F32) * dy).sum().backward();
-            [
-                values(y),
-                values(xt.grad(&grads).expect("dx")),
-                values(wt.grad(&grads).expect("dw")),
-                values(bt.grad(&grads).expect("db")),
-            ]
+            conv2d_grads([xt, wt], bt, options, 0, 24)
         })
     })
+}
+
+/// The output of `conv2d(x, weight, bias)` under `options`, less `crop` positions on each
+/// side, and its input, weight and bias gradients from the sum of its product with fixed
+/// values (drawn from `seed`).
+fn conv2d_grads(
+    [x, weight]: [Tensor<Ad, 4>; 2],
+    bias: Tensor<Ad, 1>,
+    options: ConvOptions<2>,
+    crop: usize,
+    seed: u64,
+) -> [Vec<f32>; 4] {
+    let mut y = conv2d(x.clone(), weight.clone(), Some(bias.clone()), options);
+    if crop > 0 {
+        let [n, o, h, w] = y.dims();
+        y = y.slice([0..n, 0..o, crop..h - crop, crop..w - crop]);
+    }
+    let dims = y.dims();
+    let dy = TensorData::new(Lcg::new(seed).vec(dims.iter().product(), 1.0), dims);
+    let dy = Tensor::<Ad, 4>::from_data(dy, &Default::default());
+    let grads = (y.clone().cast(FloatDType::F32) * dy).sum().backward();
+    [
+        values(y),
+        values(x.grad(&grads).expect("dx")),
+        values(weight.grad(&grads).expect("dw")),
+        values(bias.grad(&grads).expect("db")),
+    ]
+}
+
+/// `got`'s output and input gradient hold `want`'s bits, its weight and bias gradients
+/// their values (to 1e-5 of their largest).
+fn assert_same(on: &str, got: &[Vec<f32>; 4], want: &[Vec<f32>; 4]) {
+    assert_eq!(bits(&got[0]), bits(&want[0]), "output, {on}");
+    assert_eq!(bits(&got[1]), bits(&want[1]), "input gradient, {on}");
+    for (what, i) in [("weight", 2), ("bias", 3)] {
+        let scale = want[i].iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert_close(
+            &format!("{what} gradient, {on}"),
+            &got[i],
+            &want[i],
+            1e-5,
+            scale,
+        );
+    }
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -58,18 +92,21 @@ fn a_convolutions_batch_splits_across_threads_without_changing_its_results() {
     for (policy, size) in policies.iter().flat_map(|p| [(*p, 9), (*p, 80)]) {
         let one = run(policy, 1, 13, size);
         for threads in [2, 3, 5] {
-            let [y, dx, dw, db] = run(policy, threads, 13, size);
+            let got = run(policy, threads, 13, size);
             let on = format!("{policy}, {size}x{size}, {threads} threads");
-            assert_eq!(bits(&y), bits(&one[0]), "output, {on}");
-            assert_eq!(bits(&dx), bits(&one[1]), "input gradient, {on}");
-            let scale = one[2].iter().fold(0f32, |m, v| m.max(v.abs()));
-            assert_close(&format!("weight gradient, {on}"), &dw, &one[2], 1e-5, scale);
-            let scale = one[3].iter().fold(0f32, |m, v| m.max(v.abs()));
-            assert_close(&format!("bias gradient, {on}"), &db, &one[3], 1e-5, scale);
+            assert_same(&on, &got, &one);
             // The same threads sum in the same order.
             let again = run(policy, threads, 13, size);
-            assert_eq!(bits(&again[2]), bits(&dw), "weight gradient repeats, {on}");
-            assert_eq!(bits(&again[3]), bits(&db), "bias gradient repeats, {on}");
+            assert_eq!(
+                bits(&again[2]),
+                bits(&got[2]),
+                "weight gradient repeats, {on}"
+            );
+            assert_eq!(
+                bits(&again[3]),
+                bits(&got[3]),
+                "bias gradient repeats, {on}"
+            );
         }
     }
     // Fewer samples than threads: chunks in turn, each product on all threads.
@@ -96,24 +133,12 @@ fn one_by_one(
     let x = Lcg::new(41).vec(batch * c * h * w, 2.0);
     let weight = Lcg::new(42).vec(o * c, 0.3);
     let bias = Lcg::new(43).vec(o, 0.5);
-    let dy = Lcg::new(44).vec(batch * o * h * w, 1.0);
     with_policy(policy.parse::<Policy>().expect("a policy"), || {
         let xt = tensor::<Ad, 4>(&x, [batch, c, h, w], dtype).require_grad();
         let wt = tensor::<Ad, 4>(&weight, [o, c, 1, 1], FloatDType::F32).require_grad();
         let bt = tensor::<Ad, 1>(&bias, [o], FloatDType::F32).require_grad();
         let options = ConvOptions::new([1, 1], [padding, padding], [1, 1], 1);
-        let y = conv2d(xt.clone(), wt.clone(), Some(bt.clone()), options);
-        let p = padding;
-        let y = y.slice([0..batch, 0..o, p..p + h, p..p + w]);
-        let dy = TensorData::new(dy.clone(), [batch, o, h, w]);
-        let dy = Tensor::<Ad, 4>::from_data(dy, &Default::default());
-        let grads = (y.clone().cast(FloatDType::F32) * dy).sum().backward();
-        [
-            values(y),
-            values(xt.grad(&grads).expect("dx")),
-            values(wt.grad(&grads).expect("dw")),
-            values(bt.grad(&grads).expect("db")),
-        ]
+        conv2d_grads([xt, wt], bt, options, padding, 44)
     })
 }
 
@@ -135,20 +160,8 @@ fn a_pointwise_convolution_reads_its_input_as_columns_with_the_same_bits() {
     ];
     for ((policy, dtype), size) in cases.iter().flat_map(|c| [(*c, [7, 9]), (*c, [60, 60])]) {
         let on = format!("{policy}, {dtype:?} input, {size:?}");
-        let [y, dx, dw, db] = one_by_one(policy, 5, size, dtype, 0);
-        let want = one_by_one(policy, 5, size, dtype, 1);
-        assert_eq!(bits(&y), bits(&want[0]), "output, {on}");
-        assert_eq!(bits(&dx), bits(&want[1]), "input gradient, {on}");
-        let scale = want[2].iter().fold(0f32, |m, v| m.max(v.abs()));
-        assert_close(
-            &format!("weight gradient, {on}"),
-            &dw,
-            &want[2],
-            1e-5,
-            scale,
-        );
-        let scale = want[3].iter().fold(0f32, |m, v| m.max(v.abs()));
-        assert_close(&format!("bias gradient, {on}"), &db, &want[3], 1e-5, scale);
+        let got = one_by_one(policy, 5, size, dtype, 0);
+        assert_same(&on, &got, &one_by_one(policy, 5, size, dtype, 1));
     }
 }
 
