@@ -86,7 +86,8 @@ pub(crate) fn convert<B: Backend>(
 /// A promote-class arithmetic op (`float_add`, ...): the operands meet in the widest dtype;
 /// 16-bit operands, and f32 operands of two shapes that broadcast, then run on burn-amp's
 /// elementwise kernels where the policy routes (one pass, where Flex converts or indexes
-/// value by value), anything else on `inner` (the backend's op).
+/// value by value), anything else on `inner` (the backend's op). There an `add` or `sub`
+/// of a 16-bit and an f32 operand reads the 16-bit one widened, without casting it first.
 pub(crate) fn arithmetic<B: Backend>(
     op: BinaryOp,
     row: OpRow,

@@ -268,7 +268,8 @@ impl<B: Backend> FloatTensorOps<Self> for MixedPrecision<B> {
     }
 
     /// Promote class; 16-bit operands, and f32 ones that broadcast, on burn-amp's kernels
-    /// where the policy routes.
+    /// where the policy routes, which read a 16-bit operand beside an f32 one widened (the
+    /// bits of its cast to f32, without the copy).
     fn float_add(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
         autocast::arithmetic::<B>(BinaryOp::Add, ADD, lhs, rhs, B::float_add)
     }
