@@ -13,6 +13,10 @@ faster).
 
     python3 benches/pytorch_mlp.py                 # CUDA when present, else CPU
     python3 benches/pytorch_mlp.py --device cpu --policies mixed_bfloat16 --workloads mlp
+    python3 benches/pytorch_mlp.py --device cpu --policies float32 --workloads cnn
+
+The policy `float32` times the float32 step alone (its mixed columns read `-`): PyTorch's
+fastest step on a CPU whose bf16 and f16 matmuls take a slow path.
 
 Prints a Markdown table, ready to paste under BENCHMARKS.md's PyTorch section.
 """
@@ -252,7 +256,7 @@ def main():
         WORKLOADS.update(
             {w: (f"{label} (--quick: width 64, batch 8)", lambda: mlp(64), (8, 784)) for w, (label, _, _) in WORKLOADS.items()}
         )
-    known = {"mixed_float16": torch.float16, "mixed_bfloat16": torch.bfloat16}
+    known = {"float32": None, "mixed_float16": torch.float16, "mixed_bfloat16": torch.bfloat16}
     policies = args.policies.split(",")
     unknown = [p for p in policies if p not in known]
     if unknown:
@@ -272,6 +276,11 @@ def main():
             x, y = (tokens if key.startswith("gpt") and not args.quick else images)(shape, device)
             torch.manual_seed(2)
             base = Trainer(build(), x, y, device, None)
+            if dtype is None:
+                # float32 alone: nothing to alternate with, and no mixed step to time.
+                t32, _ = time_pair(base.step, lambda: None, args.warmup, args.runs)
+                print(f"| {label} | {policy} | {ms(t32)} | - | - |", flush=True)
+                continue
             torch.manual_seed(2)
             mixed = Trainer(build(), x, y, device, dtype)
             t32, tmix = time_pair(base.step, mixed.step, args.warmup, args.runs)

@@ -129,7 +129,8 @@ pub fn rows(quick: bool, runs: usize, torch: &mut Torch) -> (Vec<Row>, String, O
 }
 
 /// burn-amp's steps against PyTorch's on the same workloads, same run: each mixed policy
-/// against PyTorch's autocast step of it, float32 against float32.
+/// against PyTorch's autocast step of it (or `mixed_bfloat16` against PyTorch's float32
+/// step, where that is its fastest), float32 against float32.
 pub fn torch_rows(ours: &OurSteps, torch: &[crate::pytorch::TorchRow]) -> Vec<Row> {
     let mut rows = Vec::new();
     // PyTorch's float32 step of a workload is taken from its first (fully timed) invocation
@@ -141,35 +142,31 @@ pub fn torch_rows(ours: &OurSteps, torch: &[crate::pytorch::TorchRow]) -> Vec<Ro
                 .find(|(w, p, _)| w.describe() == t.workload && p == policy)
                 .map(|(w, _, ms)| (*w, *ms))
         };
-        if let Some((workload, mixed)) = find(&t.policy) {
-            // Where PyTorch's 16-bit step is several times its float32 step, this CPU has no
-            // dot product for that dtype and PyTorch takes a slow path: beating it is no goal.
-            let slow_path = t.mixed_ms > 3.0 * t.f32_ms;
-            rows.push(Row {
-                what: format!(
-                    "burn-amp {} step vs PyTorch's autocast step, {}",
-                    t.policy, t.workload
-                ),
-                backend: FLEX.into(),
-                baseline: format!("PyTorch {:.1} ms", t.mixed_ms),
-                measured: format!("burn-amp (FusedAdamW) {mixed:.1} ms"),
-                ratio: mixed / t.mixed_ms,
-                goal: if slow_path {
-                    Goal::None
-                } else {
-                    Goal::AtMost(torch_goal(workload))
-                },
-                note: if slow_path {
-                    format!(
-                        "for reference only: PyTorch's {} CPU path here is {:.0}x its float32 step",
-                        t.policy,
-                        t.mixed_ms / t.f32_ms
-                    )
-                } else {
-                    "same CPU, same run; PyTorch: torch.autocast (+ GradScaler for f16), Adam"
-                        .into()
-                },
-            });
+        match t.mixed_ms {
+            Some(torch_mixed) => {
+                if let Some((workload, mixed)) = find(&t.policy) {
+                    rows.push(autocast_row(t, torch_mixed, workload, mixed));
+                }
+            }
+            // PyTorch's float32 step alone: its fastest where its 16-bit path is slow.
+            None => {
+                if let Some((workload, mixed)) = find("mixed_bfloat16") {
+                    rows.push(Row {
+                        what: format!(
+                            "burn-amp mixed_bfloat16 step vs PyTorch's fastest step (float32 on this CPU), {}",
+                            t.workload
+                        ),
+                        backend: FLEX.into(),
+                        baseline: format!("PyTorch float32 {:.1} ms", t.f32_ms),
+                        measured: format!("burn-amp (FusedAdamW) {mixed:.1} ms"),
+                        ratio: mixed / t.f32_ms,
+                        goal: Goal::AtMost(torch_goal(workload)),
+                        note: "same CPU, same run; PyTorch's bf16 autocast takes a slow path \
+                               without avx512_bf16, so its float32 step (fused Adam) is its fastest"
+                            .into(),
+                    });
+                }
+            }
         }
         if f32_seen.contains(&t.workload.as_str()) {
             continue;
@@ -191,6 +188,43 @@ pub fn torch_rows(ours: &OurSteps, torch: &[crate::pytorch::TorchRow]) -> Vec<Ro
         }
     }
     rows
+}
+
+/// burn-amp's `mixed` step (ms) of `workload` against PyTorch's autocast step of the same
+/// policy (`torch_mixed` ms).
+fn autocast_row(
+    t: &crate::pytorch::TorchRow,
+    torch_mixed: f64,
+    workload: Workload,
+    mixed: f64,
+) -> Row {
+    // Where PyTorch's 16-bit step is several times its float32 step, this CPU has no dot
+    // product for that dtype and PyTorch takes a slow path: beating it is no goal.
+    let slow_path = torch_mixed > 3.0 * t.f32_ms;
+    Row {
+        what: format!(
+            "burn-amp {} step vs PyTorch's autocast step, {}",
+            t.policy, t.workload
+        ),
+        backend: FLEX.into(),
+        baseline: format!("PyTorch {torch_mixed:.1} ms"),
+        measured: format!("burn-amp (FusedAdamW) {mixed:.1} ms"),
+        ratio: mixed / torch_mixed,
+        goal: if slow_path {
+            Goal::None
+        } else {
+            Goal::AtMost(torch_goal(workload))
+        },
+        note: if slow_path {
+            format!(
+                "for reference only: PyTorch's {} CPU path here is {:.0}x its float32 step",
+                t.policy,
+                torch_mixed / t.f32_ms
+            )
+        } else {
+            "same CPU, same run; PyTorch: torch.autocast (+ GradScaler for f16), Adam".into()
+        },
+    }
 }
 
 /// A step's phases by configuration: `(policy, kernels) -> phases`, and float32's.
