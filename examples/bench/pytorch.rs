@@ -1,6 +1,7 @@
-//! PyTorch's CPU autocast on the same workloads, in the same run: `benches/pytorch_mlp.py`
-//! when `torch` imports (each workload right after burn-amp's steps of it), else a line
-//! saying it did not.
+//! PyTorch on the CPU, the same workloads in the same run: `benches/pytorch_mlp.py` when
+//! `torch` imports (each workload right after burn-amp's steps of it), else a line saying it
+//! did not. Its autocast step where the CPU has avx512_bf16, its float32 step (its fastest)
+//! where it does not.
 
 use std::process::Command;
 
@@ -52,7 +53,7 @@ impl Torch {
     /// `python` is the interpreter to run (one whose `torch` imports); `bf16_dot`: whether
     /// the CPU has avx512_bf16.
     pub fn new(quick: bool, python: &str, bf16_dot: bool) -> Torch {
-        let mut md = String::from("\n### PyTorch's CPU autocast, same machine, same run\n\n");
+        let mut md = String::from("\n### PyTorch on the CPU, same machine, same run\n\n");
         let import = Command::new(python).args(["-c", "import torch"]).output();
         let up = import.is_ok_and(|o| o.status.success());
         if !up {
