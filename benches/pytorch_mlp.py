@@ -18,11 +18,17 @@ faster).
 The policy `float32` times the float32 step alone (its mixed columns read `-`): PyTorch's
 fastest step on a CPU whose bf16 and f16 matmuls take a slow path.
 
+With `--steps-on-stdin` (one workload, one policy) another program sets the pace, to
+interleave these steps with its own: after the warm-up the script prints `ready`; each
+line `N` read from stdin runs N more timed steps and prints `done`; at the end of input it
+prints the table of all the steps timed.
+
 Prints a Markdown table, ready to paste under BENCHMARKS.md's PyTorch section.
 """
 
 import argparse
 import statistics
+import sys
 import time
 
 import torch
@@ -249,6 +255,12 @@ def main():
     parser.add_argument(
         "--policies", default="mixed_float16,mixed_bfloat16", help="comma-separated policy names"
     )
+    parser.add_argument(
+        "--steps-on-stdin",
+        action="store_true",
+        help="one workload and policy: after the warm-up print `ready`, then for each line N "
+        "on stdin time N more steps and print `done`; the table at the end of input",
+    )
     args = parser.parse_args()
     device = args.device
     name = torch.cuda.get_device_name() if device == "cuda" else f"CPU, {torch.get_num_threads()} threads, {cpu_flags()}"
@@ -265,9 +277,18 @@ def main():
     names = args.workloads.split(",")
     if any(w not in WORKLOADS for w in names):
         parser.error(f"unknown workload in {names}; valid: {', '.join(WORKLOADS)}")
-    print(f"PyTorch {torch.__version__} on {name}\n")
-    print("| Workload | Policy | float32 step, ms | mixed step, ms | mixed / float32 |")
-    print("|---|---|---|---|---|")
+    if args.steps_on_stdin and (len(names) != 1 or len(policies) != 1):
+        parser.error("--steps-on-stdin takes one workload and one policy")
+    header = (
+        f"PyTorch {torch.__version__} on {name}\n\n"
+        "| Workload | Policy | float32 step, ms | mixed step, ms | mixed / float32 |\n"
+        "|---|---|---|---|---|"
+    )
+    # Paced from stdin, the table waits for the end of input: stdout carries `ready` and
+    # `done` until then.
+    rows = []
+    if not args.steps_on_stdin:
+        print(header, flush=True)
     for policy, dtype in dtypes.items():
         for key in names:
             label, build, shape = WORKLOADS[key]
@@ -276,16 +297,36 @@ def main():
             x, y = (tokens if key.startswith("gpt") and not args.quick else images)(shape, device)
             torch.manual_seed(2)
             base = Trainer(build(), x, y, device, None)
-            if dtype is None:
-                # float32 alone: nothing to alternate with, and no mixed step to time.
-                t32, _ = time_pair(base.step, lambda: None, args.warmup, args.runs)
-                print(f"| {label} | {policy} | {ms(t32)} | - | - |", flush=True)
-                continue
-            torch.manual_seed(2)
-            mixed = Trainer(build(), x, y, device, dtype)
-            t32, tmix = time_pair(base.step, mixed.step, args.warmup, args.runs)
-            ratio = statistics.median(tmix) / statistics.median(t32)
-            print(f"| {label} | {policy} | {ms(t32)} | {ms(tmix)} | {ratio:.3f} |", flush=True)
+            mixed = None
+            if dtype is not None:
+                torch.manual_seed(2)
+                mixed = Trainer(build(), x, y, device, dtype)
+            # float32 alone: nothing to alternate with, and no mixed step to time.
+            other = mixed.step if mixed else (lambda: None)
+            if args.steps_on_stdin:
+                t32, tmix = time_pair(base.step, other, args.warmup, 0)
+                print("ready", flush=True)
+                for line in sys.stdin:
+                    more32, moremix = time_pair(base.step, other, 0, int(line))
+                    t32 += more32
+                    tmix += moremix
+                    print("done", flush=True)
+                if not t32:
+                    sys.exit("--steps-on-stdin: no steps were asked for")
+            else:
+                t32, tmix = time_pair(base.step, other, args.warmup, args.runs)
+            if mixed is None:
+                row = f"| {label} | {policy} | {ms(t32)} | - | - |"
+            else:
+                ratio = statistics.median(tmix) / statistics.median(t32)
+                row = f"| {label} | {policy} | {ms(t32)} | {ms(tmix)} | {ratio:.3f} |"
+            if args.steps_on_stdin:
+                rows.append(row)
+            else:
+                print(row, flush=True)
+    if args.steps_on_stdin:
+        print(header)
+        print("\n".join(rows), flush=True)
 
 
 if __name__ == "__main__":

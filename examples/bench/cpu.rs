@@ -17,8 +17,8 @@ use burn_amp_kernels::cpu::isa::IsaLevel;
 use rayon::prelude::*;
 
 use crate::models::{Opt, Workload, bare_with, mixed_with};
-use crate::phases::{Phases, time_pair_phases};
-use crate::pytorch::Torch;
+use crate::phases::{Phases, time_pair_phases, time_pair_phases_between};
+use crate::pytorch::{Paced, Torch};
 use crate::stats::{Summary, time_pair};
 use crate::{Goal, Row, progress};
 
@@ -34,7 +34,8 @@ pub fn has_bf16_dot() -> bool {
 pub type OurSteps = Vec<(Workload, String, f64)>;
 
 /// The CPU rows, the phase breakdown (Markdown), and burn-amp's steps for the PyTorch rows;
-/// `torch` runs PyTorch's steps of each workload right after burn-amp's FusedAdamW steps.
+/// `torch` runs PyTorch's steps of each workload alternately with burn-amp's FusedAdamW
+/// `mixed_bfloat16` steps of it.
 pub fn rows(quick: bool, runs: usize, torch: &mut Torch) -> (Vec<Row>, String, OurSteps) {
     let mut rows = casts(quick, runs);
     rows.extend(matmuls(quick, runs));
@@ -94,7 +95,7 @@ pub fn rows(quick: bool, runs: usize, torch: &mut Torch) -> (Vec<Row>, String, O
         ]
     };
     for (workload, detailed, _) in workloads.iter().copied() {
-        let (r, md, _) = steps(workload, runs, detailed, Opt::BurnAdam);
+        let (r, md, _) = steps(workload, runs, detailed, Opt::BurnAdam, None);
         rows.extend(r);
         breakdown.push_str(&md);
     }
@@ -104,10 +105,13 @@ pub fn rows(quick: bool, runs: usize, torch: &mut Torch) -> (Vec<Row>, String, O
     let mut fused_mlp = None;
     let mut ours = OurSteps::new();
     for (workload, detailed, torch_key) in workloads {
-        let (r, md, phases) = steps(workload, runs, detailed, Opt::FusedAdam);
-        if let Some(key) = torch_key {
+        let mut paced = torch_key.and_then(|key| {
             progress(&format!("PyTorch on the CPU: {}", workload.describe()));
-            torch.workload(key);
+            torch.paced(key)
+        });
+        let (r, md, phases) = steps(workload, runs, detailed, Opt::FusedAdam, paced.as_mut());
+        if let Some(paced) = paced {
+            torch.finish_paced(paced);
         }
         rows.extend(r);
         fused_md.push_str(&md);
@@ -606,12 +610,14 @@ pub fn pair(workload: Workload, runs: usize, policy: Option<&str>) -> String {
 }
 
 /// Training steps of each mixed policy against float32 (bare `Autodiff<Flex>`), with and
-/// without burn-amp's kernels, by phase, both sides training with `opt`.
+/// without burn-amp's kernels, by phase, both sides training with `opt`; one of `paced`'s
+/// steps (PyTorch's) after each pair of `mixed_bfloat16` (burn-amp's kernels) and float32.
 fn steps(
     workload: Workload,
     runs: usize,
     detailed: bool,
     opt: Opt,
+    mut paced: Option<&mut Paced>,
 ) -> (Vec<Row>, String, StepPhases) {
     type B = Autodiff<Flex>;
     let device = Default::default();
@@ -654,7 +660,13 @@ fn steps(
         let policy: Policy = name.parse::<Policy>().unwrap().with_kernels(kernels);
         MixedPrecision::<B>::set_policy(&device, policy).unwrap();
         let mut step = mixed_with::<B>(workload, &device, opt);
-        let (b, m) = time_pair_phases(1, runs, || base.phases(), || step.phases());
+        let interleaved = name == "mixed_bfloat16" && kernels == Kernels::Auto;
+        let between = || {
+            if let Some(paced) = paced.as_mut().filter(|_| interleaved) {
+                paced.step();
+            }
+        };
+        let (b, m) = time_pair_phases_between(1, runs, || base.phases(), || step.phases(), between);
         drop(step);
         MixedPrecision::<B>::clear_policy(&device);
         let ms = |s: &Summary| format!("{:.1}", s.median * 1e3);

@@ -27,8 +27,20 @@ impl Phases {
 pub fn time_pair_phases(
     warmup: usize,
     runs: usize,
+    a: impl FnMut() -> [f64; 3],
+    b: impl FnMut() -> [f64; 3],
+) -> (Phases, Phases) {
+    time_pair_phases_between(warmup, runs, a, b, || {})
+}
+
+/// [`time_pair_phases`], with `between` (untimed here; another program's step, say) after
+/// each timed pair: A B between A B between...
+pub fn time_pair_phases_between(
+    warmup: usize,
+    runs: usize,
     mut a: impl FnMut() -> [f64; 3],
     mut b: impl FnMut() -> [f64; 3],
+    mut between: impl FnMut(),
 ) -> (Phases, Phases) {
     for _ in 0..warmup {
         a();
@@ -38,6 +50,7 @@ pub fn time_pair_phases(
     for _ in 0..runs {
         ta.push(a());
         tb.push(b());
+        between();
     }
     (Phases::of(&ta), Phases::of(&tb))
 }

@@ -1,9 +1,10 @@
 //! PyTorch on the CPU, the same workloads in the same run: `benches/pytorch_mlp.py` when
-//! `torch` imports (each workload right after burn-amp's steps of it), else a line saying it
-//! did not. Its autocast step where the CPU has avx512_bf16, its float32 step (its fastest)
+//! `torch` imports (each workload's steps alternating with burn-amp's steps of it), else a
+//! line saying it did not. Its autocast step where the CPU has avx512_bf16, its float32 step (its fastest)
 //! where it does not.
 
-use std::process::Command;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 /// One row of PyTorch's table: the workload's label, the policy, and the float32 and mixed
 /// step medians (ms); policy `float32` times the float32 step alone (no mixed step).
@@ -34,9 +35,10 @@ fn parse(table: &str) -> Vec<TorchRow> {
         .collect()
 }
 
-/// PyTorch's side of the comparison, run one workload at a time, each right after
-/// burn-amp's steps of it (this shared machine's speed drifts over minutes; a ratio of
-/// two timings seconds apart drifts less), then `finish` for what is run once.
+/// PyTorch's side of the comparison, run one workload at a time, its steps alternating
+/// with burn-amp's steps of it (`paced`: this shared machine's speed drifts from one
+/// second to the next, and a drift then slows both sides alike), then `finish` for what is
+/// run once.
 pub struct Torch {
     python: String,
     md: String,
@@ -64,15 +66,17 @@ impl Torch {
             ));
         } else if bf16_dot && !quick {
             md.push_str(
-                "Each workload's PyTorch steps run right after burn-amp's steps of it (the \
-                 FusedAdamW table above).\n\n",
+                "Each workload's PyTorch steps alternate with burn-amp's `mixed_bfloat16` \
+                 steps of it (the FusedAdamW table above): one PyTorch step pair after each \
+                 of burn-amp's.\n\n",
             );
         } else if !quick {
             md.push_str(
                 "This CPU lacks avx512_bf16, so PyTorch's bf16 and f16 CPU matmuls take a slow \
                  path (the one-step run at the end shows it) and its float32 step is its \
-                 fastest: each workload's PyTorch float32 steps run right after burn-amp's \
-                 steps of it (the FusedAdamW table above), and the comparison rows set \
+                 fastest: each workload's PyTorch float32 steps alternate with burn-amp's \
+                 `mixed_bfloat16` steps of it (the FusedAdamW table above; one PyTorch step \
+                 after each of burn-amp's step pairs), and the comparison rows set \
                  burn-amp's `mixed_bfloat16` step against them.\n\n",
             );
         }
@@ -86,21 +90,77 @@ impl Torch {
         }
     }
 
-    /// PyTorch's fastest steps of the script's workload `key` (the full run): its
-    /// `mixed_bfloat16` and float32 steps where this CPU takes its bf16 fast path, else its
-    /// float32 step alone; nothing in a quick run.
-    pub fn workload(&mut self, key: &str) {
+    /// PyTorch's fastest steps of the script's workload `key` (the full run), paced by
+    /// burn-amp's: its `mixed_bfloat16` and float32 steps where this CPU takes its bf16
+    /// fast path, else its float32 step alone; `None` in a quick run, or where the script
+    /// did not start (`md` says why).
+    pub fn paced(&mut self, key: &str) -> Option<Paced> {
         if !self.up || self.quick {
-            return;
+            return None;
         }
         let policy = if self.bf16_dot {
             "mixed_bfloat16"
         } else {
             "float32"
         };
-        let args = ["--workloads", key, "--policies", policy, "--runs", "7"];
-        let rows = run(&self.python, &args, &mut self.md);
-        self.rows.extend(rows);
+        let args = ["--workloads", key, "--policies", policy, "--steps-on-stdin"];
+        let mut cmd = script(&self.python, &args);
+        let cmdline = shown(&self.python, &cmd);
+        let started = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        let mut child = match started {
+            Ok(child) => child,
+            Err(e) => {
+                self.md
+                    .push_str(&format!("`{cmdline}` did not start: {e}\n"));
+                return None;
+            }
+        };
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().map(BufReader::new);
+        let mut paced = Paced {
+            child,
+            stdin,
+            stdout,
+            cmdline,
+        };
+        // Its models built and warmed up before any step of ours is timed.
+        if paced.expect("ready") {
+            Some(paced)
+        } else {
+            self.finish_paced(paced);
+            None
+        }
+    }
+
+    /// Ends `paced`: its table (all the steps it timed) or why there is none goes to the
+    /// section, its row to the comparison.
+    pub fn finish_paced(&mut self, mut paced: Paced) {
+        drop(paced.stdin.take());
+        let mut out = String::new();
+        if let Some(mut stdout) = paced.stdout.take() {
+            let _ = stdout.read_to_string(&mut out);
+        }
+        let mut err = String::new();
+        if let Some(mut stderr) = paced.child.stderr.take() {
+            let _ = stderr.read_to_string(&mut err);
+        }
+        let ok = paced.child.wait().is_ok_and(|s| s.success());
+        let cmdline = &paced.cmdline;
+        if ok {
+            self.md.push_str(&format!(
+                "`{cmdline}` (one PyTorch step after each of burn-amp's step pairs):\n\n"
+            ));
+            self.md.push_str(&out);
+            self.md.push('\n');
+            self.rows.extend(parse(&out));
+        } else {
+            let last = err.lines().last().unwrap_or("");
+            self.md.push_str(&format!("`{cmdline}` failed: {last}\n"));
+        }
     }
 
     /// The runs made once, then the section (Markdown) and all of PyTorch's rows.
@@ -156,23 +216,71 @@ impl Torch {
     }
 }
 
-/// Runs the script with `args`, appends its table (or why there is none) to `md`.
-fn run(python: &str, args: &[&str], md: &mut String) -> Vec<TorchRow> {
+/// The script's command with `args`, on the CPU.
+fn script(python: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(python);
     cmd.args(["benches/pytorch_mlp.py", "--device", "cpu"]);
     cmd.args(args);
-    // The interpreter by its file name: where a virtual environment lives is this
-    // machine's business, not the report's.
-    let shown = std::path::Path::new(python)
+    cmd
+}
+
+/// `cmd` as the report shows it: the interpreter by its file name (where a virtual
+/// environment lives is this machine's business, not the report's).
+fn shown(python: &str, cmd: &Command) -> String {
+    let name = std::path::Path::new(python)
         .file_name()
         .map_or(python.into(), |n| n.to_string_lossy());
-    let cmdline = format!(
-        "{shown} {}",
+    format!(
+        "{name} {}",
         cmd.get_args()
             .map(|a| a.to_string_lossy())
             .collect::<Vec<_>>()
             .join(" ")
-    );
+    )
+}
+
+/// PyTorch's script running one workload's steps when asked (`--steps-on-stdin`), so that
+/// its steps and burn-amp's alternate: this machine's speed drifts from one second to the
+/// next, and a drift then slows both sides alike.
+pub struct Paced {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Option<BufReader<ChildStdout>>,
+    cmdline: String,
+}
+
+impl Paced {
+    /// One more timed step of PyTorch's (a float32 and a mixed one where it alternates
+    /// two), back when it is done; false once the script has stopped (`finish_paced`
+    /// reports why).
+    pub fn step(&mut self) -> bool {
+        let sent = self
+            .stdin
+            .as_mut()
+            .is_some_and(|stdin| writeln!(stdin, "1").and_then(|()| stdin.flush()).is_ok());
+        sent && self.expect("done")
+    }
+
+    /// Whether the script's next line is `word`; a script that said anything else has
+    /// stopped following the protocol and is asked for nothing more.
+    fn expect(&mut self, word: &str) -> bool {
+        let mut line = String::new();
+        let read = self
+            .stdout
+            .as_mut()
+            .is_some_and(|out| out.read_line(&mut line).is_ok_and(|n| n > 0));
+        let ok = read && line.trim() == word;
+        if !ok {
+            drop(self.stdin.take());
+        }
+        ok
+    }
+}
+
+/// Runs the script with `args`, appends its table (or why there is none) to `md`.
+fn run(python: &str, args: &[&str], md: &mut String) -> Vec<TorchRow> {
+    let mut cmd = script(python, args);
+    let cmdline = shown(python, &cmd);
     match cmd.output() {
         Ok(o) if o.status.success() => {
             let out = String::from_utf8_lossy(&o.stdout);
