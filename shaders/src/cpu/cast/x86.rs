@@ -66,6 +66,7 @@ pub(crate) unsafe fn load_f16(src: *const u16) -> __m256 {
 
 /// # Safety
 /// AVX2.
+#[inline]
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn f32_to_bf16(src: &[u32], dst: &mut [u16]) {
     let n = src.len() - src.len() % 16;
@@ -80,6 +81,30 @@ pub(super) unsafe fn f32_to_bf16(src: &[u32], dst: &mut [u16]) {
         }
     }
     portable::f32_to_bf16(&src[n..], &mut dst[n..]);
+}
+
+/// [`f32_to_bf16`] of `rows` rows of `cols` values, `src_ld` and `dst_ld` apart.
+///
+/// # Safety
+/// AVX2; `src + r * src_ld` readable and `dst + r * dst_ld` writable for `cols` values
+/// for every `r < rows`.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn f32_to_bf16_rows(
+    src: *const u32,
+    src_ld: usize,
+    dst: *mut u16,
+    dst_ld: usize,
+    rows: usize,
+    cols: usize,
+) {
+    for r in 0..rows {
+        // SAFETY: row r of each, by the caller's contract.
+        unsafe {
+            let s = core::slice::from_raw_parts(src.add(r * src_ld), cols);
+            let d = core::slice::from_raw_parts_mut(dst.add(r * dst_ld), cols);
+            f32_to_bf16(s, d);
+        }
+    }
 }
 
 /// [`f32_to_bf16`] 32 lanes at a time by `vcvtne2ps2bf16`, which rounds to nearest even

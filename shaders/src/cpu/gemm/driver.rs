@@ -574,12 +574,10 @@ impl Accumulator {
                 bias.add_to_row(&mut row[..cols], (i0 + r, j0));
             }
         }
-        let c = self.c.cast::<C>();
-        for (r, src) in sums.chunks_exact(ld).enumerate() {
-            // SAFETY: row i + r, columns j..j + cols of the block (our contract).
-            let dst =
-                unsafe { core::slice::from_raw_parts_mut(c.add((i + r) * self.c_ld + j), cols) };
-            cast::convert_block(kernel.isa(), &src[..cols], dst);
+        // SAFETY: rows i..i + rows, columns j..j + cols of the block (our contract).
+        unsafe {
+            let c = self.c.cast::<C>().add(i * self.c_ld + j);
+            cast::convert_rows(kernel.isa(), (sums, ld), (c, self.c_ld), (rows, cols));
         }
     }
 }

@@ -70,7 +70,20 @@ pub(super) fn pack_a<S: CpuFloat>(
         }
         return;
     }
-    for p in 0..panels {
+    // A contiguous along its rows (a transposed view: the weight gradient's `x^T`): the
+    // whole panels k by k, each k's rows read in one stretch.
+    #[allow(unused_mut)]
+    let mut first = 0;
+    #[cfg(target_arch = "x86_64")]
+    if kernel.avx2_packing() && kc > 0 {
+        let whole = mc / mr;
+        // SAFETY: the kernel runs on AVX2; the whole panels' rows and k lie inside the
+        // checked view, and `out` holds every panel plus SLACK words.
+        if unsafe { x86::pack_a_panels_by_k(kernel, a, (i0, whole), (k0, kc), out) } {
+            first = whole;
+        }
+    }
+    for p in first..panels {
         let rows = mr.min(mc - p * mr);
         #[cfg(target_arch = "x86_64")]
         if kernel.avx2_packing() && kc > 0 {
@@ -552,6 +565,31 @@ mod x86 {
         r
     }
 
+    /// [`block8`] of f32 lanes read straight from memory: lane `l` (of `lanes`, zeros past
+    /// them) is the 8 values from `p + l * stride` on, as [`load8`] gives them; then
+    /// transposed. No loader closure: the packings' inner loops call this once per 8 x 8
+    /// block, and a closure the compiler did not inline cost a call and a trip through
+    /// memory for every 8 values.
+    ///
+    /// # Safety
+    /// AVX2 + F16C; 8 values readable from `p + l * stride` for every `l < lanes`.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn rows8<S: CpuFloat>(
+        p: *const S,
+        stride: isize,
+        lanes: usize,
+        format: Format,
+    ) -> [__m256; 8] {
+        let mut r = [_mm256_setzero_ps(); 8];
+        for (l, v) in r.iter_mut().enumerate().take(lanes) {
+            // SAFETY: lane l < lanes is readable, by the caller's contract.
+            *v = unsafe { load8(p.offset(l as isize * stride), format) };
+        }
+        transpose8(&mut r);
+        r
+    }
+
     /// 16 values at `p` (stride 1) as the bits of f32 lanes (exact: bf16 and f16 widen
     /// without rounding).
     ///
@@ -721,7 +759,7 @@ mod x86 {
                         let j = j0 + p * nr;
                         for g in (0..nr).step_by(8) {
                             for kb in (0..full).step_by(8) {
-                                let r = block8(8, |c| load8(b.ptr(k0 + kb, j + g + c), format));
+                                let r = rows8(b.ptr(k0 + kb, j + g), b.col_stride(), 8, format);
                                 for (t, v) in r.iter().enumerate() {
                                     _mm256_storeu_ps(
                                         out.add(p * size + (kb + t) * nr + g).cast(),
@@ -795,10 +833,70 @@ mod x86 {
         true
     }
 
-    /// Packs A panel `p` (`rows` rows from `i`) when A has a unit stride along its rows or
-    /// its columns; `false` (nothing written) otherwise. Stores are whole vectors of 8
-    /// words that may run past the panel's end into the next panel (packed after this one)
-    /// or the buffer's slack.
+    /// Packs `panels` whole A panels from row `i0` when A has a unit stride along its
+    /// columns and the kernel packs f32: k by k (8 at a time), every panel's rows at a k
+    /// read from one stretch of memory, where panel by panel each of A's lines was read
+    /// once per panel it feeds (on a small transformer's step, where the weight gradients'
+    /// `x^T` has k = 2400, packing A took a tenth of the time, most of it waiting for
+    /// those reads); `false` (nothing written) otherwise.
+    ///
+    /// # Safety
+    /// AVX2 + F16C (the kernel's Isa); rows `i0..i0 + panels * mr` and k `k0..k0 + kc`
+    /// inside the view (kc > 0); `out` holds the panels.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn pack_a_panels_by_k<S: CpuFloat>(
+        kernel: Kernel,
+        a: &MatRef<'_, S>,
+        (i0, panels): (usize, usize),
+        (k0, kc): (usize, usize),
+        out: &mut [u32],
+    ) -> bool {
+        let (mr, steps, format) = (kernel.mr(), kernel.k_steps(kc), kernel.format());
+        if kernel.packing() != Packing::F32 || a.row_stride() != 1 || panels == 0 {
+            return false;
+        }
+        let size = steps * mr;
+        assert!(out.len() >= panels * size);
+        let out = out.as_mut_ptr();
+        for kb in (0..kc).step_by(8) {
+            for p in 0..panels {
+                let i = i0 + p * mr;
+                for k in kb..kc.min(kb + 8) {
+                    for g in (0..mr).step_by(8) {
+                        let lanes = (mr - g).min(8);
+                        // SAFETY: rows i + g.. of the view at k (8 of them where the view
+                        // has them, else the lanes one by one); the stores land in panel p
+                        // at k, rows g..g + lanes.
+                        unsafe {
+                            let dst = out.add(p * size + k * mr + g);
+                            let v = if i + g + 8 <= a.rows() {
+                                load8(a.ptr(i + g, k0 + k), format)
+                            } else {
+                                let mut v = [0f32; 8];
+                                for (l, x) in v.iter_mut().enumerate().take(lanes) {
+                                    *x = super::value(a, i + g + l, k0 + k, format);
+                                }
+                                _mm256_loadu_ps(v.as_ptr())
+                            };
+                            if lanes == 8 {
+                                _mm256_storeu_ps(dst.cast(), v);
+                            } else {
+                                let mut words = [0f32; 8];
+                                _mm256_storeu_ps(words.as_mut_ptr(), v);
+                                core::ptr::copy_nonoverlapping(words.as_ptr(), dst.cast(), lanes);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Packs A panel `p` (`rows` rows from `i`) when A has a unit stride along its rows, or
+    /// along its columns for bf16 pairs (f32 ones: [`pack_a_panels_by_k`]); `false`
+    /// (nothing written) otherwise. Stores are whole vectors of 8 words that may run past
+    /// the panel's end into the next panel (packed after this one) or the buffer's slack.
     ///
     /// # Safety
     /// AVX2 + F16C (the kernel's Isa); rows `i..i + rows` and k `k0..k0 + kc` inside the
@@ -829,14 +927,15 @@ mod x86 {
                 (Packing::F32, 1, _) => {
                     debug_assert!(mr <= 16);
                     let full = kc - kc % 8;
-                    let load = |g: usize, kb: usize| {
-                        block8(rows.saturating_sub(g).min(8), |l| {
-                            load8(a.ptr(i + g + l, k0 + kb), format)
-                        })
-                    };
+                    let stride = a.row_stride();
+                    let (lanes0, lanes1) = (rows.min(8), rows.saturating_sub(8).min(8));
                     for kb in (0..full).step_by(8) {
-                        let r0 = load(0, kb);
-                        let r1 = if mr > 8 { load(8, kb) } else { r0 };
+                        let r0 = rows8(a.ptr(i, k0 + kb), stride, lanes0, format);
+                        let r1 = if mr > 8 && lanes1 > 0 {
+                            rows8(a.ptr(i + 8, k0 + kb), stride, lanes1, format)
+                        } else {
+                            [_mm256_setzero_ps(); 8]
+                        };
                         for t in 0..8 {
                             _mm256_storeu_ps(out.add((kb + t) * mr).cast(), r0[t]);
                             if mr > 8 {
@@ -845,25 +944,6 @@ mod x86 {
                         }
                     }
                     tail_f32(a, (i, rows), (k0, kc), full, mr, format, out);
-                }
-                // Columns contiguous along the rows: each k's rows in one load of 8 lanes
-                // (past the panel's rows while the view has them: the spill is
-                // overwritten by the next store), else gathered.
-                (Packing::F32, _, 1) if rows == mr => {
-                    for k in 0..kc {
-                        for g in (0..mr).step_by(8) {
-                            let v = if i + g + 8 <= a.rows() {
-                                load8(a.ptr(i + g, k0 + k), format)
-                            } else {
-                                let mut lanes = [0f32; 8];
-                                for (l, x) in lanes.iter_mut().enumerate().take(mr - g) {
-                                    *x = super::value(a, i + g + l, k0 + k, format);
-                                }
-                                _mm256_loadu_ps(lanes.as_ptr())
-                            };
-                            _mm256_storeu_ps(out.add(k * mr + g).cast(), v);
-                        }
-                    }
                 }
                 (Packing::Bf16Pairs, 1, _) => {
                     // Two groups of 8 rows (the second 4 real, 4 zero), 8 pairs at a time;
