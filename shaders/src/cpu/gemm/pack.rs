@@ -878,19 +878,43 @@ mod x86 {
                                 }
                                 _mm256_loadu_ps(v.as_ptr())
                             };
-                            if lanes == 8 {
-                                _mm256_storeu_ps(dst.cast(), v);
-                            } else {
-                                let mut words = [0f32; 8];
-                                _mm256_storeu_ps(words.as_mut_ptr(), v);
-                                core::ptr::copy_nonoverlapping(words.as_ptr(), dst.cast(), lanes);
-                            }
+                            store_lanes(dst.cast(), v, lanes);
                         }
                     }
                 }
             }
         }
         true
+    }
+
+    /// Stores the first `lanes` (at most 8) of `v` at `dst`, nothing past them: a vector,
+    /// then halves, pairs and a single value (a copy of a run-time length compiled to a
+    /// call to `memmove` for every 6 values).
+    ///
+    /// # Safety
+    /// AVX2; `dst` writable for `lanes` values.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn store_lanes(dst: *mut f32, v: __m256, lanes: usize) {
+        debug_assert!(lanes <= 8);
+        // SAFETY: every store below writes values at indices below `lanes`.
+        unsafe {
+            if lanes == 8 {
+                return _mm256_storeu_ps(dst, v);
+            }
+            let (mut part, mut at) = (_mm256_castps256_ps128(v), 0);
+            if lanes >= 4 {
+                _mm_storeu_ps(dst, part);
+                (part, at) = (_mm256_extractf128_ps::<1>(v), 4);
+            }
+            if lanes - at >= 2 {
+                _mm_storel_epi64(dst.add(at).cast(), _mm_castps_si128(part));
+                (part, at) = (_mm_movehl_ps(part, part), at + 2);
+            }
+            if lanes > at {
+                _mm_store_ss(dst.add(at), part);
+            }
+        }
     }
 
     /// Packs A panel `p` (`rows` rows from `i`) when A has a unit stride along its rows, or
@@ -1092,6 +1116,28 @@ mod tests {
     /// weight), on every kernel that packs bf16 pairs and every instruction set here, against
     /// the panels packed value by value: the same words for f32, bf16 and f16 sources (odd
     /// and whole depths, a partial panel, offset views).
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn storing_lanes_writes_those_lanes_and_nothing_past_them() {
+        assert!(
+            crate::cpu::Isa::detect().has_avx2(),
+            "this test runs AVX2 stores: it needs an x86-64 CPU with AVX2"
+        );
+        let values: [f32; 8] = core::array::from_fn(|i| i as f32 + 1.0);
+        for lanes in 0..=8 {
+            let mut out = [-1f32; 10];
+            // SAFETY: AVX2 is present (checked above); `out` holds 10 values.
+            unsafe {
+                let v = core::arch::x86_64::_mm256_loadu_ps(values.as_ptr());
+                x86::store_lanes(out.as_mut_ptr(), v, lanes);
+            }
+            for (i, &x) in out.iter().enumerate() {
+                let want = if i < lanes { values[i] } else { -1.0 };
+                assert_eq!(x, want, "{lanes} lanes, index {i}");
+            }
+        }
+    }
+
     #[test]
     fn packing_b_as_pairs_matches_the_value_by_value_panels() {
         fn check<S: CpuFloat>(transposed: bool) {
