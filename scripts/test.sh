@@ -43,7 +43,11 @@ if [ -z "${XDG_RUNTIME_DIR:-}" ]; then
     mkdir -p "$XDG_RUNTIME_DIR"
 fi
 
-features="slow-tests,ndarray,mpi"
+# `cuda` and `nccl` compile the CUDA backend's code (cuBLASLt, NCCL, the CUDA kernels' hosts)
+# without needing CUDA: their libraries load at run time, and no test here needs a GPU (the
+# GPU suite, `scripts/gpu-suite.sh`, runs on one). With them, the dependencies built here are
+# the ones the GPU suite's build needs too.
+features="slow-tests,ndarray,mpi,cuda,nccl"
 cargo test --workspace --all-targets --features "$features" "$@"
 # Which CPU kernels the tests above held to their references on this machine (the AVX-512
 # BF16 one only where the CPU has it): the same build, one test, its line printed.

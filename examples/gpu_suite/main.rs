@@ -238,8 +238,10 @@ fn main() {
     if options.quick && checks {
         all.push(check::<Flex>("Flex (CPU)", &sizes));
     }
+    // The quick mode is the CPU's (Flex, and wgpu over lavapipe): a build with `cuda` run
+    // there does not look for a GPU.
     #[cfg(feature = "cuda")]
-    {
+    if !options.quick {
         use burn::backend::Cuda;
         match burn_amp::probe_backend::<Cuda>(&Default::default()) {
             Ok(()) => {
