@@ -1,10 +1,11 @@
 //! PyTorch on the CPU, the same workloads in the same run: `benches/pytorch_mlp.py` when
 //! `torch` imports (each workload's steps alternating with burn-amp's steps of it), else a
-//! line saying it did not. Its autocast step where the CPU has avx512_bf16, its float32 step (its fastest)
-//! where it does not.
+//! line saying it did not. Its autocast step where the CPU has avx512_bf16, its float32
+//! step (its fastest) where it does not.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::thread::{self, JoinHandle};
 
 /// One row of PyTorch's table: the workload's label, the policy, and the float32 and mixed
 /// step medians (ms); policy `float32` times the float32 step alone (no mixed step).
@@ -121,10 +122,20 @@ impl Torch {
         };
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().map(BufReader::new);
+        // Read as it comes, on a thread of its own: a script that wrote more than the pipe
+        // holds before its next `done` would otherwise wait on us while we wait on it.
+        let stderr = child.stderr.take().map(|mut pipe| {
+            thread::spawn(move || {
+                let mut text = String::new();
+                let _ = pipe.read_to_string(&mut text);
+                text
+            })
+        });
         let mut paced = Paced {
             child,
             stdin,
             stdout,
+            stderr,
             cmdline,
         };
         // Its models built and warmed up before any step of ours is timed.
@@ -144,10 +155,11 @@ impl Torch {
         if let Some(mut stdout) = paced.stdout.take() {
             let _ = stdout.read_to_string(&mut out);
         }
-        let mut err = String::new();
-        if let Some(mut stderr) = paced.child.stderr.take() {
-            let _ = stderr.read_to_string(&mut err);
-        }
+        let err = paced
+            .stderr
+            .take()
+            .and_then(|reader| reader.join().ok())
+            .unwrap_or_default();
         let ok = paced.child.wait().is_ok_and(|s| s.success());
         let cmdline = &paced.cmdline;
         if ok {
@@ -246,6 +258,8 @@ pub struct Paced {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: Option<BufReader<ChildStdout>>,
+    /// The script's stderr, read to its end on a thread.
+    stderr: Option<JoinHandle<String>>,
     cmdline: String,
 }
 

@@ -70,8 +70,8 @@ pub(super) fn pack_a<S: CpuFloat>(
         }
         return;
     }
-    // A contiguous along its rows (a transposed view: the weight gradient's `x^T`): the
-    // whole panels k by k, each k's rows read in one stretch.
+    // A with a unit stride along its columns (a transposed view: the weight gradient's
+    // `x^T`): the whole panels k by k, each k's rows read in one stretch.
     #[allow(unused_mut)]
     let mut first = 0;
     #[cfg(target_arch = "x86_64")]
